@@ -1,0 +1,120 @@
+#include "backend/cpu/cpu_backend.hpp"
+
+#include <omp.h>
+
+#include "backend/cpu/kernels.hpp"
+
+namespace joule::cpu {
+
+dnnl::memory::dims to_dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
+
+dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type) {
+    static const tag plain[] = {tag::undef, tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde, tag::abcdef};
+    if (layout == Layout::ChannelsLast) {
+        JOULE_ASSERT(shape.size() == 4, "nhwc needs rank 4");
+        return {to_dims(shape), type, tag::acdb};
+    }
+    if (shape.size() >= 1 && shape.size() <= 6) return {to_dims(shape), type, plain[shape.size()]};
+    // higher ranks: row-major strides
+    dnnl::memory::dims strides(shape.size());
+    int64_t s = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+    return {to_dims(shape), type, strides};
+}
+
+dt compute_type(DType compute) {
+    switch (compute) {
+        case DType::F32: return dt::f32;
+        case DType::BF16: return dt::bf16;
+        default: throw Error(std::string("the cpu backend cannot compute in ") + dtype_name(compute), "use f32 or bf16");
+    }
+}
+
+std::string key_of(const TensorDesc& d) { return desc_str(d); }
+
+void PrimitiveKernel::run_steps() {
+    for (auto& s : steps_) s.prim.execute(ctx_.stream, s.args);
+    ctx_.stream.wait();
+}
+void PrimitiveKernel::run(const RunContext&) { run_steps(); }
+
+dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& want) {
+    if (user.get_desc() == want) return user;
+    dnnl::memory m(want, ctx.engine);
+    k.add(dnnl::reorder(user, m), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
+    return m;
+}
+
+dnnl::memory output_memory(CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& have) {
+    if (user.get_desc() == have) return user;
+    return dnnl::memory(have, ctx.engine);
+}
+
+void add_output_reorder(PrimitiveKernel& k, CpuContext&, const dnnl::memory& have, const dnnl::memory& user) {
+    if (have.get() == user.get()) return;
+    k.add(dnnl::reorder(have, user), {{DNNL_ARG_FROM, have}, {DNNL_ARG_TO, user}});
+}
+
+CpuBackend::CpuBackend(int threads) : ctx_(std::make_unique<CpuContext>()) {
+    if (threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(threads));
+    if (threads > 0) omp_set_num_threads(threads);
+    threads_ = threads > 0 ? threads : omp_get_max_threads();
+}
+
+Support CpuBackend::supports(const Graph& g, NodeId id) const {
+    const Node& n = g.node(id);
+    if (n.compute != DType::F32 && n.compute != DType::BF16)
+        return {false, std::string("cpu computes in f32 or bf16, not ") + dtype_name(n.compute)};
+    if (n.compute == DType::BF16) {
+        const OpCategory c = op_info(n.kind).category;
+        if (c != OpCategory::Conv && c != OpCategory::FullyConnected)
+            return {false, "cpu runs bf16 for conv, linear and matmul nodes only"};
+        // oneDNN runs bf16 natively with avx512_bf16 and emulates it on plain avx512_core.
+        const unsigned need = unsigned(dnnl::cpu_isa::avx512_core);
+        if ((unsigned(dnnl::get_effective_cpu_isa()) & need) != need)
+            return {false, "this CPU has no avx512_core, which oneDNN's bf16 kernels need"};
+    }
+    return {};
+}
+
+std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs,
+                                            const std::vector<void*>& outputs) {
+    const Node& n = g.node(id);
+    const Support s = supports(g, id);
+    if (!s.ok) throw Error("op '" + n.name + "' (" + op_name(n.kind) + "): " + s.reason);
+    JOULE_ASSERT(inputs.size() == n.inputs.size() && outputs.size() == n.outputs.size(), "buffer count of " + n.name);
+    const KernelArgs a{*ctx_, g, n, id, inputs, outputs};
+    try {
+        switch (n.kind) {
+            case OpKind::Conv2d: case OpKind::ConvBackwardData: case OpKind::ConvBackwardWeights: return make_conv(a);
+            case OpKind::Linear: case OpKind::LinearBackwardData: case OpKind::LinearBackwardWeights: return make_linear(a);
+            case OpKind::MatMul: return make_matmul(a);
+            case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::LayerNorm: case OpKind::LayerNormBackward:
+                return make_norm(a);
+            case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh:
+            case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
+            case OpKind::TanhBackward:
+                return make_eltwise(a);
+            case OpKind::Add: case OpKind::Mul: return make_binary(a);
+            case OpKind::Dropout: return make_dropout(a);
+            case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::GlobalAvgPool: case OpKind::MaxPool2dBackward:
+            case OpKind::AvgPool2dBackward: case OpKind::GlobalAvgPoolBackward:
+                return make_pool(a);
+            case OpKind::Concat: case OpKind::Slice: case OpKind::SliceBackward: case OpKind::Reshape: case OpKind::Transpose:
+                return make_shape(a);
+            case OpKind::Softmax: case OpKind::SoftmaxBackward: return make_softmax(a);
+            case OpKind::Embedding: case OpKind::EmbeddingBackward: return make_embedding(a);
+            case OpKind::SoftmaxCrossEntropy: case OpKind::SoftmaxCrossEntropyBackward: return make_cross_entropy(a);
+            case OpKind::SgdUpdate: case OpKind::AdamUpdate: return make_update(a);
+            case OpKind::Count: break;
+        }
+    } catch (const dnnl::error& e) {
+        throw Error("op '" + n.name + "' (" + op_name(n.kind) + "): oneDNN cannot run it: " + e.what());
+    }
+    throw InternalError("no cpu kernel for " + std::string(op_name(n.kind)));
+}
+
+}  // namespace joule::cpu

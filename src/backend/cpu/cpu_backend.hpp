@@ -1,0 +1,63 @@
+// The CPU backend on oneDNN. Every op of the catalogue runs forward and backward; conv, linear and
+// matmul nodes whose Node::compute is bf16 run oneDNN's bf16 kernels (operands cast from f32 storage,
+// f32 accumulation and output). Primitive descriptors are cached per shape and attributes, so nodes
+// with the same shape (repeated residual blocks) share one primitive.
+#pragma once
+
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+
+#include "backend/backend.hpp"
+
+namespace joule::cpu {
+
+// Shape-keyed cache of primitive descriptors and primitives.
+class PrimitiveCache {
+public:
+    template <class Prim>
+    struct Entry {
+        typename Prim::primitive_desc pd;
+        Prim prim;
+    };
+    // Returns the cached entry for `key`, creating it with make() -> Prim::primitive_desc on a miss.
+    template <class Prim, class Make>
+    std::shared_ptr<Entry<Prim>> get(const std::string& key, Make make) {
+        const std::string k = std::string(typeid(Prim).name()) + "|" + key;
+        auto it = map_.find(k);
+        if (it != map_.end()) return std::static_pointer_cast<Entry<Prim>>(it->second);
+        typename Prim::primitive_desc pd = make();
+        auto e = std::make_shared<Entry<Prim>>(Entry<Prim>{pd, Prim(pd)});
+        map_[k] = e;
+        return e;
+    }
+    size_t size() const { return map_.size(); }
+
+private:
+    std::unordered_map<std::string, std::shared_ptr<void>> map_;
+};
+
+struct CpuContext {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    PrimitiveCache cache;
+    std::unordered_map<NodeId, dnnl::memory> workspaces;  // max-pool workspaces by forward node
+};
+
+class CpuBackend : public Backend {
+public:
+    explicit CpuBackend(int threads = 0);  // 0: all cores
+    const char* name() const override { return "cpu"; }
+    Support supports(const Graph& g, NodeId n) const override;
+    std::unique_ptr<Kernel> prepare(const Graph& g, NodeId n, const std::vector<void*>& inputs,
+                                    const std::vector<void*>& outputs) override;
+    int threads() const override { return threads_; }
+    CpuContext& context() { return *ctx_; }
+
+private:
+    int threads_;
+    std::unique_ptr<CpuContext> ctx_;
+};
+
+}  // namespace joule::cpu

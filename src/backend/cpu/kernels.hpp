@@ -1,0 +1,87 @@
+// Internal to backend/cpu: memory-descriptor helpers and the kernel factories, one per op family file.
+#pragma once
+
+#include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "graph/error.hpp"
+
+namespace joule::cpu {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::memory::dims to_dims(const Shape& s);
+// Memory descriptor of a tensor with the given shape and layout (plain row-major or nhwc).
+dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type = dt::f32);
+inline dnnl::memory::desc md_of(const TensorDesc& d, dt type = dt::f32) { return md_of(d.shape, d.layout, type); }
+dt compute_type(DType compute);  // f32 or bf16; throws for unsupported ones
+std::string key_of(const TensorDesc& d);  // for primitive-cache keys
+
+// Everything a kernel factory gets.
+struct KernelArgs {
+    CpuContext& ctx;
+    const Graph& g;
+    const Node& node;
+    NodeId id;
+    const std::vector<void*>& in;
+    const std::vector<void*>& out;
+    const TensorDesc& in_desc(size_t i) const { return g.tensor(node.inputs[i]).desc; }
+    const TensorDesc& out_desc(size_t i) const { return g.tensor(node.outputs[i]).desc; }
+    dnnl::memory mem(const dnnl::memory::desc& md, void* p) const { return dnnl::memory(md, ctx.engine, p); }
+};
+
+// A kernel running a list of (primitive, arguments) steps on the context's stream.
+class PrimitiveKernel : public Kernel {
+public:
+    explicit PrimitiveKernel(CpuContext& ctx) : ctx_(ctx) {}
+    void add(dnnl::primitive p, std::unordered_map<int, dnnl::memory> args) { steps_.push_back({std::move(p), std::move(args)}); }
+    void run(const RunContext&) override;
+
+protected:
+    void run_steps();
+    CpuContext& ctx_;
+    struct Step {
+        dnnl::primitive prim;
+        std::unordered_map<int, dnnl::memory> args;
+    };
+    std::vector<Step> steps_;
+};
+
+// `user` memory as seen in descriptor `want`: the same memory when the formats agree, else a scratch
+// memory filled by a reorder step added to `k` (before the compute step). Used for bf16 casts and for
+// weights in oneDNN's preferred blocked format.
+dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& want);
+// Memory in descriptor `have` whose contents a reorder step into `user` copies out, added by the caller
+// with add_output_reorder after the compute step.
+dnnl::memory output_memory(CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& have);
+void add_output_reorder(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& have, const dnnl::memory& user);
+
+// A kernel written as a plain loop (ops oneDNN has no primitive for).
+class FunctionKernel : public Kernel {
+public:
+    explicit FunctionKernel(std::function<void(const RunContext&)> f) : f_(std::move(f)) {}
+    void run(const RunContext& ctx) override { f_(ctx); }
+
+private:
+    std::function<void(const RunContext&)> f_;
+};
+
+std::unique_ptr<Kernel> make_conv(const KernelArgs& a);
+std::unique_ptr<Kernel> make_linear(const KernelArgs& a);
+std::unique_ptr<Kernel> make_matmul(const KernelArgs& a);
+std::unique_ptr<Kernel> make_norm(const KernelArgs& a);
+std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a);
+std::unique_ptr<Kernel> make_binary(const KernelArgs& a);
+std::unique_ptr<Kernel> make_dropout(const KernelArgs& a);
+std::unique_ptr<Kernel> make_pool(const KernelArgs& a);
+std::unique_ptr<Kernel> make_shape(const KernelArgs& a);  // Concat, Slice, SliceBackward, Reshape, Transpose
+std::unique_ptr<Kernel> make_softmax(const KernelArgs& a);
+std::unique_ptr<Kernel> make_embedding(const KernelArgs& a);
+std::unique_ptr<Kernel> make_cross_entropy(const KernelArgs& a);
+std::unique_ptr<Kernel> make_update(const KernelArgs& a);
+
+}  // namespace joule::cpu

@@ -1,0 +1,109 @@
+// Linear on oneDNN inner-product primitives ([..., K] viewed as [M, K]); MatMul on the matmul
+// primitive (leading dims collapsed to one batch dim, transposes expressed as strides, alpha as an
+// output scale).
+#include "backend/cpu/kernels.hpp"
+
+namespace joule::cpu {
+
+namespace {
+using namespace dnnl;
+
+memory::desc matrix_md(const TensorDesc& d, dt type = dt::f32) {
+    return {{d.numel() / d.shape.back(), d.shape.back()}, type, tag::ab};
+}
+
+inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
+    const memory::desc src = matrix_md(x, type), wei(to_dims(w.shape), type, tag::any);
+    const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, dt::f32, tag::ab);
+    if (bias) return {{prop_kind::forward_training, src, wei, memory::desc({w.shape[0]}, dt::f32, tag::a), dst}, eng};
+    return {{prop_kind::forward_training, src, wei, dst}, eng};
+}
+
+std::string linear_key(bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
+    return key_of(x) + key_of(w) + (bias ? "b" : "") + std::to_string(int(type));
+}
+}  // namespace
+
+std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
+    const bool bias = attrs_as<LinearAttrs>(a.node).bias;
+    const dt type = compute_type(a.node.compute);
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    const memory::desc w_plain = [&] {
+        const TensorDesc& w = a.node.kind == OpKind::LinearBackwardWeights ? a.out_desc(0) : a.in_desc(1);
+        return memory::desc(to_dims(w.shape), dt::f32, tag::ab);
+    }();
+    if (a.node.kind == OpKind::Linear) {
+        const TensorDesc &x = a.in_desc(0), &w = a.in_desc(1);
+        auto e = a.ctx.cache.get<inner_product_forward>(linear_key(bias, x, w, type), [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
+        std::unordered_map<int, memory> args = {
+            {DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(matrix_md(x), a.in[0]), e->pd.src_desc())},
+            {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(w_plain, a.in[1]), e->pd.weights_desc())},
+            {DNNL_ARG_DST, a.mem(e->pd.dst_desc(), a.out[0])}};
+        if (bias) args[DNNL_ARG_BIAS] = a.mem(e->pd.bias_desc(), a.in[2]);
+        k->add(e->prim, args);
+    } else if (a.node.kind == OpKind::LinearBackwardData) {
+        const TensorDesc &x = a.out_desc(0), &w = a.in_desc(1), &dy = a.in_desc(0);
+        const std::string key = linear_key(bias, x, w, type);
+        auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
+        auto e = a.ctx.cache.get<inner_product_backward_data>(key, [&] {
+            return inner_product_backward_data::primitive_desc(
+                {matrix_md(x), memory::desc(to_dims(w.shape), type, tag::any), matrix_md(dy, type)}, a.ctx.engine, fwd->pd);
+        });
+        k->add(e->prim, {{DNNL_ARG_DIFF_DST, reordered_input(*k, a.ctx, a.mem(matrix_md(dy), a.in[0]), e->pd.diff_dst_desc())},
+                         {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(w_plain, a.in[1]), e->pd.weights_desc())},
+                         {DNNL_ARG_DIFF_SRC, a.mem(e->pd.diff_src_desc(), a.out[0])}});
+    } else {
+        const TensorDesc &x = a.in_desc(1), &w = a.out_desc(0), &dy = a.in_desc(0);
+        const std::string key = linear_key(bias, x, w, type);
+        auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
+        auto e = a.ctx.cache.get<inner_product_backward_weights>(key, [&] {
+            const memory::desc src = matrix_md(x, type), dw(to_dims(w.shape), dt::f32, tag::any), ddst = matrix_md(dy, type);
+            if (bias)
+                return inner_product_backward_weights::primitive_desc({src, dw, memory::desc({w.shape[0]}, dt::f32, tag::a), ddst}, a.ctx.engine, fwd->pd);
+            return inner_product_backward_weights::primitive_desc({src, dw, ddst}, a.ctx.engine, fwd->pd);
+        });
+        memory dw_user = a.mem(w_plain, a.out[0]);
+        memory dw = output_memory(a.ctx, dw_user, e->pd.diff_weights_desc());
+        std::unordered_map<int, memory> args = {
+            {DNNL_ARG_DIFF_DST, reordered_input(*k, a.ctx, a.mem(matrix_md(dy), a.in[0]), e->pd.diff_dst_desc())},
+            {DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(matrix_md(x), a.in[1]), e->pd.src_desc())},
+            {DNNL_ARG_DIFF_WEIGHTS, dw}};
+        if (bias) args[DNNL_ARG_DIFF_BIAS] = a.mem(e->pd.diff_bias_desc(), a.out[1]);
+        k->add(e->prim, args);
+        add_output_reorder(*k, a.ctx, dw, dw_user);
+    }
+    return k;
+}
+
+namespace {
+// [batch, rows, cols] view of a [..., r, c] tensor, transposed (as strides) when `trans`.
+memory::desc batched_md(const TensorDesc& d, bool trans, dt type) {
+    const size_t r = d.shape.size();
+    const int64_t rows = d.shape[r - 2], cols = d.shape[r - 1], batch = d.numel() / (rows * cols);
+    if (!trans) return {{batch, rows, cols}, type, memory::dims{rows * cols, cols, 1}};
+    return {{batch, cols, rows}, type, memory::dims{rows * cols, 1, cols}};
+}
+memory::desc plain3(const memory::desc& m, dt type) { return {m.dims(), type, tag::abc}; }
+}  // namespace
+
+std::unique_ptr<Kernel> make_matmul(const KernelArgs& a) {
+    const auto& at = attrs_as<MatMulAttrs>(a.node);
+    const dt type = compute_type(a.node.compute);
+    const memory::desc A = batched_md(a.in_desc(0), at.trans_a, dt::f32), B = batched_md(a.in_desc(1), at.trans_b, dt::f32);
+    const memory::desc C = batched_md(a.out_desc(0), false, dt::f32);
+    const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(at.trans_a) + std::to_string(at.trans_b) +
+                            std::to_string(at.alpha) + std::to_string(int(type));
+    auto e = a.ctx.cache.get<matmul>(key, [&] {
+        primitive_attr attr;
+        if (at.alpha != 1.0f) attr.set_output_scales(0, {at.alpha});
+        const memory::desc src = type == dt::f32 ? A : plain3(A, type), wei = type == dt::f32 ? B : plain3(B, type);
+        return matmul::primitive_desc({src, wei, C}, attr, a.ctx.engine);
+    });
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    k->add(e->prim, {{DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(A, a.in[0]), e->pd.src_desc())},
+                     {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(B, a.in[1]), e->pd.weights_desc())},
+                     {DNNL_ARG_DST, a.mem(C, a.out[0])}});
+    return k;
+}
+
+}  // namespace joule::cpu

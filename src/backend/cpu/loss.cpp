@@ -1,0 +1,114 @@
+// Softmax (oneDNN softmax primitives), Embedding and SoftmaxCrossEntropy (loops: oneDNN has no
+// gather/scatter or fused loss primitive in 2.6). Out-of-range indices or labels are a clear error.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.hpp"
+
+namespace joule::cpu {
+
+namespace {
+using namespace dnnl;
+
+void check_indices(const int32_t* idx, int64_t n, int64_t limit, const std::string& node, const char* what) {
+    for (int64_t i = 0; i < n; ++i)
+        if (idx[i] < 0 || idx[i] >= limit)
+            throw Error("op '" + node + "': " + what + " " + std::to_string(idx[i]) + " at position " + std::to_string(i) +
+                        " is outside [0, " + std::to_string(limit) + ")");
+}
+}  // namespace
+
+std::unique_ptr<Kernel> make_softmax(const KernelArgs& a) {
+    const bool forward = a.node.kind == OpKind::Softmax;
+    const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);
+    const int64_t h = x.shape.back();
+    const memory::desc data({x.numel() / h, h}, dt::f32, tag::ab);
+    auto fwd = a.ctx.cache.get<softmax_forward>(key_of(x), [&] {
+        return softmax_forward::primitive_desc({prop_kind::forward_training, data, 1}, a.ctx.engine);
+    });
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    if (forward) {
+        k->add(fwd->prim, {{DNNL_ARG_SRC, a.mem(data, a.in[0])}, {DNNL_ARG_DST, a.mem(data, a.out[0])}});
+        return k;
+    }
+    auto e = a.ctx.cache.get<softmax_backward>(key_of(x), [&] {
+        return softmax_backward::primitive_desc({data, data, 1}, a.ctx.engine, fwd->pd);
+    });
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, a.mem(data, a.in[0])}, {DNNL_ARG_DST, a.mem(data, a.in[1])}, {DNNL_ARG_DIFF_SRC, a.mem(data, a.out[0])}});
+    return k;
+}
+
+std::unique_ptr<Kernel> make_embedding(const KernelArgs& a) {
+    const std::string name = a.node.name;
+    if (a.node.kind == OpKind::Embedding) {
+        const int32_t* idx = static_cast<const int32_t*>(a.in[0]);
+        const float* table = static_cast<const float*>(a.in[1]);
+        float* y = static_cast<float*>(a.out[0]);
+        const int64_t n = a.in_desc(0).numel(), vocab = a.in_desc(1).shape[0], dim = a.in_desc(1).shape[1];
+        return std::make_unique<FunctionKernel>([=](const RunContext&) {
+            check_indices(idx, n, vocab, name, "index");
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * dim, table + int64_t(idx[i]) * dim, size_t(dim) * sizeof(float));
+        });
+    }
+    const float* dy = static_cast<const float*>(a.in[0]);
+    const int32_t* idx = static_cast<const int32_t*>(a.in[1]);
+    float* dtable = static_cast<float*>(a.out[0]);
+    const int64_t n = a.in_desc(1).numel(), vocab = a.out_desc(0).shape[0], dim = a.out_desc(0).shape[1];
+    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+        check_indices(idx, n, vocab, name, "index");
+        std::memset(dtable, 0, size_t(vocab * dim) * sizeof(float));
+        // Parallel over the embedding dimension: no two threads touch the same element.
+#pragma omp parallel for schedule(static)
+        for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+            const int64_t d1 = std::min(dim, d0 + 16);
+            for (int64_t i = 0; i < n; ++i) {
+                float* row = dtable + int64_t(idx[i]) * dim;
+                const float* g = dy + i * dim;
+                for (int64_t d = d0; d < d1; ++d) row[d] += g[d];
+            }
+        }
+    });
+}
+
+std::unique_ptr<Kernel> make_cross_entropy(const KernelArgs& a) {
+    const std::string name = a.node.name;
+    if (a.node.kind == OpKind::SoftmaxCrossEntropy) {
+        const float* logits = static_cast<const float*>(a.in[0]);
+        const int32_t* labels = static_cast<const int32_t*>(a.in[1]);
+        float* loss = static_cast<float*>(a.out[0]);
+        float* probs = static_cast<float*>(a.out[1]);
+        const int64_t n = a.in_desc(0).shape[0], c = a.in_desc(0).shape[1];
+        return std::make_unique<FunctionKernel>([=](const RunContext&) {
+            check_indices(labels, n, c, name, "label");
+            double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+            for (int64_t i = 0; i < n; ++i) {
+                const float* z = logits + i * c;
+                float* p = probs + i * c;
+                float m = z[0];
+                for (int64_t j = 1; j < c; ++j) m = std::max(m, z[j]);
+                double s = 0;
+                for (int64_t j = 0; j < c; ++j) s += std::exp(double(z[j] - m));
+                const double log_s = std::log(s);
+                for (int64_t j = 0; j < c; ++j) p[j] = float(std::exp(double(z[j] - m) - log_s));
+                total += log_s - double(z[labels[i]] - m);
+            }
+            loss[0] = float(total / double(n));
+        });
+    }
+    const float* dloss = static_cast<const float*>(a.in[0]);
+    const float* probs = static_cast<const float*>(a.in[1]);
+    const int32_t* labels = static_cast<const int32_t*>(a.in[2]);
+    float* dz = static_cast<float*>(a.out[0]);
+    const int64_t n = a.in_desc(1).shape[0], c = a.in_desc(1).shape[1];
+    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+        check_indices(labels, n, c, name, "label");
+        const float s = dloss[0] / float(n);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < c; ++j) dz[i * c + j] = s * (probs[i * c + j] - (j == labels[i] ? 1.0f : 0.0f));
+    });
+}
+
+}  // namespace joule::cpu

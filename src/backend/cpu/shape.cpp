@@ -1,0 +1,105 @@
+// Data movement on oneDNN concat and reorder primitives: Concat, Slice / SliceBackward (a reorder
+// from / into a sub-memory view), Reshape (a copy, or a reorder where the storage layout changes) and
+// Transpose (a reorder from a strided view).
+#include <cstring>
+
+#include "backend/cpu/kernels.hpp"
+
+namespace joule::cpu {
+
+namespace {
+using namespace dnnl;
+
+// Row-major strides of `shape` stored in `layout`.
+memory::dims strides_of(const Shape& shape, Layout layout) {
+    if (layout == Layout::ChannelsLast) {
+        const int64_t C = shape[1], H = shape[2], W = shape[3];
+        return {H * W * C, 1, W * C, C};
+    }
+    memory::dims s(shape.size());
+    int64_t acc = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+        s[i] = acc;
+        acc *= shape[i];
+    }
+    return s;
+}
+
+std::unique_ptr<Kernel> reorder_kernel(const KernelArgs& a, const memory::desc& from, void* src, const memory::desc& to, void* dst) {
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    memory s = a.mem(from, src), d = a.mem(to, dst);
+    k->add(reorder(s, d), {{DNNL_ARG_FROM, s}, {DNNL_ARG_TO, d}});
+    return k;
+}
+
+// A kernel that zero-fills its output before running its steps.
+class ZeroThenRun : public PrimitiveKernel {
+public:
+    ZeroThenRun(CpuContext& ctx, void* out, size_t bytes) : PrimitiveKernel(ctx), out_(out), bytes_(bytes) {}
+    void run(const RunContext&) override {
+        std::memset(out_, 0, bytes_);
+        run_steps();
+    }
+
+private:
+    void* out_;
+    size_t bytes_;
+};
+
+memory::desc window_md(const TensorDesc& full, const SliceAttrs& s) {
+    const int64_t axis = s.axis < 0 ? s.axis + full.rank() : s.axis;
+    memory::dims dims = to_dims(full.shape), offs(full.shape.size(), 0);
+    dims[size_t(axis)] = s.length;
+    offs[size_t(axis)] = s.start;
+    return md_of(full).submemory_desc(dims, offs);
+}
+}  // namespace
+
+std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
+    const TensorDesc& y = a.out_desc(0);
+    switch (a.node.kind) {
+        case OpKind::Concat: {
+            std::vector<memory::desc> srcs;
+            for (size_t i = 0; i < a.node.inputs.size(); ++i) srcs.push_back(md_of(a.in_desc(i)));
+            const int axis = int(attrs_as<AxisAttrs>(a.node).axis < 0 ? attrs_as<AxisAttrs>(a.node).axis + y.rank() : attrs_as<AxisAttrs>(a.node).axis);
+            concat::primitive_desc pd(md_of(y), axis, srcs, a.ctx.engine);
+            auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+            std::unordered_map<int, memory> args = {{DNNL_ARG_DST, a.mem(md_of(y), a.out[0])}};
+            for (size_t i = 0; i < srcs.size(); ++i) args[DNNL_ARG_MULTIPLE_SRC + int(i)] = a.mem(srcs[i], a.in[i]);
+            k->add(concat(pd), args);
+            return k;
+        }
+        case OpKind::Slice:
+            return reorder_kernel(a, window_md(a.in_desc(0), attrs_as<SliceAttrs>(a.node)), a.in[0], md_of(y), a.out[0]);
+        case OpKind::SliceBackward: {
+            auto k = std::make_unique<ZeroThenRun>(a.ctx, a.out[0], y.bytes());
+            memory s = a.mem(md_of(a.in_desc(0)), a.in[0]), d = a.mem(window_md(y, attrs_as<SliceAttrs>(a.node)), a.out[0]);
+            k->add(reorder(s, d), {{DNNL_ARG_FROM, s}, {DNNL_ARG_TO, d}});
+            return k;
+        }
+        case OpKind::Reshape: {
+            const TensorDesc& x = a.in_desc(0);
+            const bool x_plain = x.layout == Layout::Plain || x.shape[1] == 1 || x.shape[2] * x.shape[3] == 1;
+            const bool y_plain = y.layout == Layout::Plain || y.shape[1] == 1 || y.shape[2] * y.shape[3] == 1;
+            if (x_plain && y_plain) {  // same bytes: a copy
+                const size_t bytes = x.bytes();
+                void *src = a.in[0], *dst = a.out[0];
+                return std::make_unique<FunctionKernel>([=](const RunContext&) { std::memcpy(dst, src, bytes); });
+            }
+            if (!x_plain && y_plain) return reorder_kernel(a, md_of(x), a.in[0], md_of(x.shape, Layout::Plain), a.out[0]);
+            if (x_plain) return reorder_kernel(a, md_of(y.shape, Layout::Plain), a.in[0], md_of(y), a.out[0]);
+            throw Error("op '" + a.node.name + "': reshape between two nhwc shapes is not supported", "reshape through a plain tensor");
+        }
+        case OpKind::Transpose: {
+            const TensorDesc& x = a.in_desc(0);
+            const auto& perm = attrs_as<TransposeAttrs>(a.node).perm;
+            const memory::dims xs = strides_of(x.shape, x.layout);
+            memory::dims view_strides;
+            for (int64_t p : perm) view_strides.push_back(xs[size_t(p)]);
+            return reorder_kernel(a, memory::desc(to_dims(y.shape), dt::f32, view_strides), a.in[0], md_of(y), a.out[0]);
+        }
+        default: throw InternalError("not a shape op");
+    }
+}
+
+}  // namespace joule::cpu

@@ -1,0 +1,43 @@
+// `joule nets`: the zoo with parameter counts and forward multiply-adds, computed from each net's graph
+// and shown beside the published figures.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "graph/cost.hpp"
+#include "report/table.hpp"
+#include "zoo/zoo.hpp"
+
+namespace joule::cli {
+
+void add_nets(CLI::App& app) {
+    auto* cmd = app.add_subcommand("nets", "list the built-in networks with parameters and forward FLOPs");
+    auto json = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *json, "machine-readable output");
+    cmd->callback([json] {
+        nlohmann::json out = nlohmann::json::array();
+        Table t({"net", "input", "params", "published", "fwd GMACs/sample", "published", "description"});
+        for (const zoo::NetInfo& n : zoo::nets()) {
+            zoo::NetConfig cfg;
+            cfg.batch = 1;
+            const zoo::Model m = zoo::build(n.name, cfg);
+            const double gmacs = graph_cost(m.graph).forward.macs / 1e9;
+            const int64_t params = m.graph.parameter_count();
+            const std::string input = n.sequence ? "128 tokens" : std::to_string(n.default_channels) + "x" + std::to_string(n.default_image) + "x" +
+                                                                      std::to_string(n.default_image);
+            t.add({n.name, input, si(double(params), "", 2), si(n.published_params, "", 2), fixed(gmacs, 4), fixed(n.published_gmacs, 4),
+                   n.description});
+            out.push_back({{"name", n.name}, {"description", n.description}, {"input", input}, {"parameters", params},
+                           {"published_parameters", n.published_params}, {"forward_gmacs_per_sample", gmacs},
+                           {"published_gmacs", n.published_gmacs}, {"source", n.source}});
+        }
+        if (*json) {
+            std::cout << out.dump(2) << '\n';
+        } else {
+            t.print(std::cout);
+            std::cout << "(params include each net's classifier head; BERT's published count excludes its 2-class head)\n";
+        }
+    });
+}
+
+}  // namespace joule::cli

@@ -1,0 +1,134 @@
+// `joule train`: a real training run on the CPU backend with a progress bar, final test accuracy and a
+// per-layer time table. With no arguments: LeNet-5 on Fashion-MNIST, 1 epoch, Adam lr 2e-3, batch 64.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "graph/error.hpp"
+#include "report/table.hpp"
+#include "runtime/trainer.hpp"
+
+namespace joule::cli {
+
+namespace {
+struct TrainFlags {
+    NetOptions net;
+    std::string dataset = "fashion-mnist", data_dir;
+    int64_t epochs = 1, steps = 0, top = 15;
+    float lr = 0, momentum = -1, weight_decay = 0;
+    int threads = 0;
+    uint64_t seed = 1;
+    bool json = false, quiet = false;
+};
+
+void print_progress(const TrainProgress& p, bool tty) {
+    const int width = 30;
+    const double frac = double(p.step) / double(p.steps_per_epoch);
+    const bool last = p.step == p.steps_per_epoch;
+    if (!tty && !last && p.step % std::max<int64_t>(1, p.steps_per_epoch / 10) != 0) return;
+    const int fill = int(frac * width);
+    std::fprintf(stderr, "%sepoch %lld [%s%s] %5lld/%lld  loss %.4f  %.0f img/s (measured)%s", tty ? "\r" : "", (long long)p.epoch + 1,
+                 std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), '.').c_str(), (long long)p.step,
+                 (long long)p.steps_per_epoch, p.loss, p.images_per_s, tty && !last ? "" : "\n");
+    std::fflush(stderr);
+}
+
+void print_layers(const TrainResult& r, int64_t top) {
+    std::vector<LayerTime> rows = r.layers;
+    std::sort(rows.begin(), rows.end(), [](const LayerTime& a, const LayerTime& b) {
+        return a.forward_s + a.backward_s + a.update_s > b.forward_s + b.backward_s + b.update_s;
+    });
+    double total = 0;
+    for (const LayerTime& l : rows) total += l.forward_s + l.backward_s + l.update_s;
+    Table t({"layer", "op", "fwd ms", "bwd ms", "update ms", "total ms", "share", "GFLOP/s"});
+    LayerTime rest{"(" + std::to_string(rows.size() > size_t(top) ? rows.size() - size_t(top) : 0) + " more)", ""};
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const LayerTime& l = rows[i];
+        if (int64_t(i) >= top) {
+            rest.forward_s += l.forward_s, rest.backward_s += l.backward_s, rest.update_s += l.update_s, rest.flops += l.flops;
+            continue;
+        }
+        const double s = l.forward_s + l.backward_s + l.update_s;
+        t.add({l.name, l.kind, fixed(l.forward_s * 1e3, 3), fixed(l.backward_s * 1e3, 3), fixed(l.update_s * 1e3, 3), fixed(s * 1e3, 3),
+               fixed(100 * s / total, 1) + " %", s > 0 ? fixed(l.flops / s / 1e9, 1) : "-"});
+    }
+    if (rows.size() > size_t(top)) {
+        const double s = rest.forward_s + rest.backward_s + rest.update_s;
+        t.add({rest.name, "", fixed(rest.forward_s * 1e3, 3), fixed(rest.backward_s * 1e3, 3), fixed(rest.update_s * 1e3, 3), fixed(s * 1e3, 3),
+               fixed(100 * s / total, 1) + " %", s > 0 ? fixed(rest.flops / s / 1e9, 1) : "-"});
+    }
+    std::cout << "\nper-layer time per step (measured, steady clock; " << r.threads << " threads):\n";
+    t.print(std::cout);
+    std::cout << "step total " << fixed(total * 1e3, 3) << " ms (measured)\n";
+}
+}  // namespace
+
+void add_train(CLI::App& app) {
+    auto f = std::make_shared<TrainFlags>();
+    auto* cmd = app.add_subcommand("train", "train a network on the CPU (default: LeNet-5 on Fashion-MNIST, 1 epoch)");
+    add_net_options(*cmd, f->net, false);
+    cmd->add_option("--dataset", f->dataset, "fashion-mnist or synthetic")->capture_default_str()->check(CLI::IsMember({"fashion-mnist", "synthetic"}));
+    cmd->add_option("--data-dir", f->data_dir, "directory with the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)");
+    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(CLI::PositiveNumber);
+    cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
+    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_flag("--json", f->json, "machine-readable output on stdout");
+    cmd->add_flag("--quiet", f->quiet, "no progress bar");
+    cmd->callback([f] {
+        TrainOptions o;
+        o.net = f->net.net;
+        o.dataset = f->dataset;
+        o.data_dir = f->data_dir;
+        o.epochs = f->epochs;
+        o.batch = f->net.batch;
+        o.steps = f->steps;
+        o.image_size = f->net.image_size;
+        o.seq_len = f->net.seq_len;
+        o.threads = f->threads;
+        o.seed = f->seed;
+        o.dtype = parse_dtype(f->net.dtype);
+        if (f->net.optimizer == "sgd")
+            o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, f->weight_decay);
+        else {
+            if (f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
+            o.optimizer = OptimizerConfig::adam(f->lr > 0 ? f->lr : 2e-3f, f->weight_decay);
+        }
+        const bool tty = isatty(STDERR_FILENO);
+        if (!f->json)
+            std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
+                      << f->net.optimizer << " lr " << o.optimizer.lr << ", " << f->net.dtype << ", cpu (oneDNN)\n";
+        const TrainResult r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty](const TrainProgress& p) { print_progress(p, tty); });
+        if (f->json) {
+            nlohmann::json j = {{"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
+                                {"parameters", r.parameters}, {"step_seconds", r.step_seconds}, {"timing", "measured"},
+                                {"buffer_bytes", r.buffer_bytes}, {"unshared_buffer_bytes", r.unshared_bytes}};
+            for (const EpochResult& e : r.epochs)
+                j["epochs"].push_back({{"loss", e.loss}, {"seconds", e.seconds}, {"images_per_second", e.images_per_s}, {"steps", e.steps}});
+            if (r.test_accuracy >= 0) j["test_accuracy"] = r.test_accuracy, j["test_samples"] = r.test_samples;
+            for (const LayerTime& l : r.layers)
+                j["layers"].push_back({{"name", l.name}, {"op", l.kind}, {"forward_seconds", l.forward_s}, {"backward_seconds", l.backward_s},
+                                       {"update_seconds", l.update_s}, {"flops", l.flops}});
+            std::cout << j.dump(2) << '\n';
+            return;
+        }
+        for (size_t e = 0; e < r.epochs.size(); ++e)
+            std::cout << "epoch " << e + 1 << ": mean loss " << fixed(r.epochs[e].loss, 4) << ", " << fixed(r.epochs[e].images_per_s, 0)
+                      << " img/s, " << fixed(r.epochs[e].seconds, 1) << " s (measured)\n";
+        if (r.test_accuracy >= 0)
+            std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << " % on " << r.test_samples << " images\n";
+        std::cout << "tensor memory " << bytes_str(double(r.buffer_bytes)) << " (" << bytes_str(double(r.unshared_bytes))
+                  << " without buffer reuse)\n";
+        print_layers(r, f->top);
+    });
+}
+
+}  // namespace joule::cli

@@ -1,0 +1,55 @@
+#include "graph/cost.hpp"
+
+namespace joule {
+
+NodeCost node_cost(const Graph& g, NodeId id) {
+    const Node& n = g.node(id);
+    std::vector<TensorDesc> in, out;
+    NodeCost c;
+    for (TensorId t : n.inputs) {
+        const Tensor& tt = g.tensor(t);
+        in.push_back(tt.desc);
+        c.bytes_read += double(tt.desc.bytes());
+        if (tt.role == TensorRole::Parameter) c.param_bytes += double(tt.desc.bytes());
+    }
+    for (TensorId t : n.outputs) {
+        out.push_back(g.tensor(t).desc);
+        c.bytes_written += double(g.tensor(t).desc.bytes());
+        c.activation_bytes += double(g.tensor(t).desc.bytes());
+    }
+    const OpCategory cat = op_info(n.kind).category;
+    if (cat == OpCategory::Update)  // writes param and state back
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+            if (i != 1) c.bytes_written += double(g.tensor(n.inputs[i]).desc.bytes());
+    c.flops = op_info(n.kind).flops(n, in, out);
+    if (cat == OpCategory::Conv || cat == OpCategory::FullyConnected) {
+        double bias = 0;  // bias additions are not multiply-adds
+        if (n.kind == OpKind::Conv2d && attrs_as<ConvAttrs>(n).bias) bias = double(out[0].numel());
+        if (n.kind == OpKind::Linear && attrs_as<LinearAttrs>(n).bias) bias = double(out[0].numel());
+        if (n.kind == OpKind::ConvBackwardWeights && attrs_as<ConvAttrs>(n).bias) bias = double(in[0].numel());
+        if (n.kind == OpKind::LinearBackwardWeights && attrs_as<LinearAttrs>(n).bias) bias = double(in[0].numel());
+        c.macs = (c.flops - bias) / 2;
+    }
+    return c;
+}
+
+GraphCost graph_cost(const Graph& g) {
+    GraphCost gc;
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const NodeCost c = node_cost(g, NodeId(i));
+        auto add = [&](NodeCost& t) {
+            t.flops += c.flops;
+            t.macs += c.macs;
+            t.bytes_read += c.bytes_read;
+            t.bytes_written += c.bytes_written;
+            t.param_bytes += c.param_bytes;
+            t.activation_bytes += c.activation_bytes;
+        };
+        add(gc.total);
+        const Phase p = g.node(NodeId(i)).phase;
+        if (p == Phase::Forward || p == Phase::Loss) add(gc.forward);
+    }
+    return gc;
+}
+
+}  // namespace joule

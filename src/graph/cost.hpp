@@ -1,0 +1,29 @@
+// Cost accounting per node: FLOPs, bytes read and written, parameter and activation bytes.
+//
+// Bytes count each input and output tensor once at its storage size (a lower bound on memory traffic;
+// predict/ models reuse and caches on top). In-place updates count their parameter and state as read
+// and written.
+#pragma once
+
+#include "graph/graph.hpp"
+
+namespace joule {
+
+struct NodeCost {
+    double flops = 0;            // a multiply-add counts 2
+    double macs = 0;             // multiply-adds of conv / linear / matmul (the figure papers publish)
+    double bytes_read = 0;
+    double bytes_written = 0;
+    double param_bytes = 0;      // bytes of Parameter inputs
+    double activation_bytes = 0; // bytes of outputs
+};
+
+NodeCost node_cost(const Graph& g, NodeId n);
+
+struct GraphCost {
+    NodeCost total;
+    NodeCost forward;  // Forward and Loss phases
+};
+GraphCost graph_cost(const Graph& g);
+
+}  // namespace joule

@@ -1,0 +1,103 @@
+// Graph: tensors and nodes in topological order, shape-checked as they are added.
+//
+//   Graph g;
+//   TensorId x = g.input("images", {{64, 1, 28, 28}, DType::F32, Layout::ChannelsLast});
+//   TensorId w = g.parameter("conv1.weight", {{6, 1, 5, 5}}, Init::uniform(0.2f));
+//   TensorId y = g.add1(OpKind::Conv2d, ConvAttrs{.pad = {2, 2}}, {x, w}, "conv1");
+//
+// add() runs the op's shape rule; an inconsistent graph throws Error naming the op. Nodes are only ever
+// appended after their inputs exist, so node order is a valid execution order.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/ops.hpp"
+#include "graph/tensor_desc.hpp"
+
+namespace joule {
+
+using TensorId = int32_t;
+using NodeId = int32_t;
+constexpr int32_t kNone = -1;
+
+enum class TensorRole : uint8_t { Input, Label, Parameter, State, Constant, Activation, Gradient };
+enum class Phase : uint8_t { Forward, Loss, Backward, Update };
+const char* role_name(TensorRole r);
+const char* phase_name(Phase p);
+
+// How a parameter, state or constant tensor is initialised.
+struct Init {
+    // Position: i32 tensor whose element i holds i modulo its last dimension (BERT position ids).
+    enum class Kind : uint8_t { Zeros, Ones, Uniform, Normal, Position } kind = Kind::Zeros;
+    float scale = 0.0f;  // Uniform: bound (U(-scale, scale)); Normal: standard deviation
+    static Init zeros() { return {Kind::Zeros, 0}; }
+    static Init ones() { return {Kind::Ones, 0}; }
+    static Init uniform(float bound) { return {Kind::Uniform, bound}; }
+    static Init normal(float stddev) { return {Kind::Normal, stddev}; }
+    static Init position() { return {Kind::Position, 0}; }
+};
+
+struct Tensor {
+    TensorDesc desc;
+    std::string name;
+    TensorRole role = TensorRole::Activation;
+    NodeId producer = kNone;
+    Init init;
+};
+
+struct Node {
+    OpKind kind = OpKind::Count;
+    Attrs attrs;
+    std::vector<TensorId> inputs;
+    std::vector<TensorId> outputs;
+    std::string name;
+    Phase phase = Phase::Forward;
+    NodeId source = kNone;         // the forward node this node was derived from (itself for forward nodes)
+    DType compute = DType::F32;    // precision the backend computes in (storage stays f32)
+    std::optional<TensorDesc> grad_of;  // backward ops: desc of the forward tensor whose gradient output 0 is
+};
+
+class Graph {
+public:
+    TensorId input(const std::string& name, const TensorDesc& desc, TensorRole role = TensorRole::Input);
+    TensorId parameter(const std::string& name, const TensorDesc& desc, Init init);
+    TensorId state(const std::string& name, const TensorDesc& desc, Init init);
+    TensorId constant(const std::string& name, const TensorDesc& desc, Init init);
+
+    // Appends a node; returns its output tensors. Throws Error (naming the op) when shapes disagree.
+    std::vector<TensorId> add(OpKind kind, Attrs attrs, std::vector<TensorId> inputs, const std::string& name,
+                              Phase phase = Phase::Forward, NodeId source = kNone,
+                              std::optional<TensorDesc> grad_of = std::nullopt, TensorRole out_role = TensorRole::Activation);
+    TensorId add1(OpKind kind, Attrs attrs, std::vector<TensorId> inputs, const std::string& name) {
+        return add(kind, std::move(attrs), std::move(inputs), name).front();
+    }
+
+    const Tensor& tensor(TensorId id) const { return tensors_.at(size_t(id)); }
+    Tensor& tensor(TensorId id) { return tensors_.at(size_t(id)); }
+    const Node& node(NodeId id) const { return nodes_.at(size_t(id)); }
+    Node& node(NodeId id) { return nodes_.at(size_t(id)); }
+    const std::vector<Tensor>& tensors() const { return tensors_; }
+    const std::vector<Node>& nodes() const { return nodes_; }
+    size_t num_tensors() const { return tensors_.size(); }
+    size_t num_nodes() const { return nodes_.size(); }
+
+    std::vector<TensorId> tensors_with_role(TensorRole r) const;
+    // Nodes that read tensor t, in order.
+    std::vector<NodeId> consumers(TensorId t) const;
+    std::optional<TensorId> find_tensor(const std::string& name) const;
+    int64_t parameter_count() const;  // elements over all Parameter tensors
+
+private:
+    TensorId add_tensor(const std::string& name, const TensorDesc& desc, TensorRole role, Init init);
+    std::vector<Tensor> tensors_;
+    std::vector<Node> nodes_;
+};
+
+template <class A>
+const A& attrs_as(const Node& n) {
+    return std::get<A>(n.attrs);
+}
+
+}  // namespace joule

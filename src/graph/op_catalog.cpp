@@ -1,0 +1,85 @@
+// The one op catalogue (see ops.hpp for what adding an op touches).
+#include <array>
+
+#include "graph/ops/rules.hpp"
+
+namespace joule {
+
+namespace {
+using namespace rules;
+using C = OpCategory;
+using K = OpKind;
+
+constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
+    {K::Conv2d, "Conv2d", 2, 3, C::Conv, shape_Conv2d, flops_Conv2d, grad_Conv2d},
+    {K::Linear, "Linear", 2, 3, C::FullyConnected, shape_Linear, flops_Linear, grad_Linear},
+    {K::MatMul, "MatMul", 2, 2, C::FullyConnected, shape_MatMul, flops_MatMul, grad_MatMul},
+    {K::BatchNorm2d, "BatchNorm2d", 5, 5, C::Norm, shape_BatchNorm2d, flops_BatchNorm2d, grad_BatchNorm2d},
+    {K::LayerNorm, "LayerNorm", 3, 3, C::Norm, shape_LayerNorm, flops_LayerNorm, grad_LayerNorm},
+    {K::Relu, "Relu", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::Relu6, "Relu6", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::Gelu, "Gelu", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::Sigmoid, "Sigmoid", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::Tanh, "Tanh", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::MaxPool2d, "MaxPool2d", 1, 1, C::Pooling, shape_MaxPool2d, flops_MaxPool2d, grad_MaxPool2d},
+    {K::AvgPool2d, "AvgPool2d", 1, 1, C::Pooling, shape_AvgPool2d, flops_AvgPool2d, grad_AvgPool2d},
+    {K::GlobalAvgPool, "GlobalAvgPool", 1, 1, C::Pooling, shape_GlobalAvgPool, flops_GlobalAvgPool, grad_GlobalAvgPool},
+    {K::Add, "Add", 2, 2, C::Other, shape_Add, flops_Add, grad_Add},
+    {K::Mul, "Mul", 2, 2, C::Other, shape_Mul, flops_Mul, grad_Mul},
+    {K::Concat, "Concat", 1, -1, C::Other, shape_Concat, flops_Concat, grad_Concat},
+    {K::Slice, "Slice", 1, 1, C::Other, shape_Slice, flops_Slice, grad_Slice},
+    {K::Reshape, "Reshape", 1, 1, C::Other, shape_Reshape, flops_Reshape, grad_Reshape},
+    {K::Transpose, "Transpose", 1, 1, C::Other, shape_Transpose, flops_Transpose, grad_Transpose},
+    {K::Dropout, "Dropout", 1, 1, C::Other, shape_Dropout, flops_Dropout, grad_Dropout},
+    {K::Softmax, "Softmax", 1, 1, C::Activation, shape_Softmax, flops_Softmax, grad_Softmax},
+    {K::Embedding, "Embedding", 2, 2, C::Other, shape_Embedding, flops_Embedding, grad_Embedding},
+    {K::SoftmaxCrossEntropy, "SoftmaxCrossEntropy", 2, 2, C::Loss, shape_SoftmaxCrossEntropy, flops_SoftmaxCrossEntropy, grad_SoftmaxCrossEntropy},
+    {K::ConvBackwardData, "ConvBackwardData", 2, 2, C::Conv, shape_ConvBackwardData, flops_ConvBackwardData, nullptr},
+    {K::ConvBackwardWeights, "ConvBackwardWeights", 2, 2, C::Conv, shape_ConvBackwardWeights, flops_ConvBackwardWeights, nullptr},
+    {K::LinearBackwardData, "LinearBackwardData", 2, 2, C::FullyConnected, shape_LinearBackwardData, flops_LinearBackwardData, nullptr},
+    {K::LinearBackwardWeights, "LinearBackwardWeights", 2, 2, C::FullyConnected, shape_LinearBackwardWeights, flops_LinearBackwardWeights, nullptr},
+    {K::BatchNormBackward, "BatchNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr},
+    {K::LayerNormBackward, "LayerNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr},
+    {K::ReluBackward, "ReluBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::Relu6Backward, "Relu6Backward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::GeluBackward, "GeluBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::SigmoidBackward, "SigmoidBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::TanhBackward, "TanhBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::MaxPool2dBackward, "MaxPool2dBackward", 2, 2, C::Pooling, shape_MaxPool2dBackward, flops_MaxPool2dBackward, nullptr},
+    {K::AvgPool2dBackward, "AvgPool2dBackward", 1, 1, C::Pooling, shape_PoolBackwardFromGrad, flops_PoolBackwardFromGrad, nullptr},
+    {K::GlobalAvgPoolBackward, "GlobalAvgPoolBackward", 1, 1, C::Pooling, shape_PoolBackwardFromGrad, flops_PoolBackwardFromGrad, nullptr},
+    {K::SliceBackward, "SliceBackward", 1, 1, C::Other, shape_SliceBackward, flops_SliceBackward, nullptr},
+    {K::SoftmaxBackward, "SoftmaxBackward", 2, 2, C::Activation, shape_SoftmaxBackward, flops_SoftmaxBackward, nullptr},
+    {K::EmbeddingBackward, "EmbeddingBackward", 2, 2, C::Other, shape_EmbeddingBackward, flops_EmbeddingBackward, nullptr},
+    {K::SoftmaxCrossEntropyBackward, "SoftmaxCrossEntropyBackward", 3, 3, C::Loss, shape_SoftmaxCrossEntropyBackward, flops_SoftmaxCrossEntropyBackward, nullptr},
+    {K::SgdUpdate, "SgdUpdate", 2, 3, C::Update, shape_SgdUpdate, flops_SgdUpdate, nullptr},
+    {K::AdamUpdate, "AdamUpdate", 4, 4, C::Update, shape_AdamUpdate, flops_AdamUpdate, nullptr},
+}};
+
+constexpr bool table_in_enum_order() {
+    for (size_t i = 0; i < kOps.size(); ++i)
+        if (size_t(kOps[i].kind) != i) return false;
+    return true;
+}
+static_assert(kOps.size() == size_t(OpKind::Count), "one catalogue row per OpKind");
+static_assert(table_in_enum_order(), "catalogue rows must follow OpKind order");
+}  // namespace
+
+const OpInfo& op_info(OpKind k) { return kOps.at(size_t(k)); }
+const char* op_name(OpKind k) { return op_info(k).name; }
+
+const char* category_name(OpCategory c) {
+    switch (c) {
+        case OpCategory::Conv: return "conv";
+        case OpCategory::FullyConnected: return "fc";
+        case OpCategory::Norm: return "norm";
+        case OpCategory::Activation: return "activation";
+        case OpCategory::Pooling: return "pooling";
+        case OpCategory::Loss: return "loss";
+        case OpCategory::Update: return "update";
+        case OpCategory::Other: return "other";
+    }
+    return "?";
+}
+
+}  // namespace joule

@@ -1,0 +1,134 @@
+// The op catalogue: every op kind joule knows, its attributes and its traits.
+//
+// Each OpKind has exactly one row in the constexpr table in op_catalog.cpp (name, arity, category,
+// shape rule, FLOP rule, gradient rule); a static_assert ties the table to OpKind::Count.
+// Backward rules are written in IR ops (ConvBackwardData, ReluBackward, ...), so autodiff is a graph
+// pass and every backend runs backward with no extra code.
+//
+// Adding an op touches this short list:
+//   1. graph/ops.hpp         the OpKind enumerator (and an attribute struct if it needs one)
+//   2. graph/ops/<family>.cpp its shape rule, FLOP rule and gradient rule (declared in ops/rules.hpp)
+//   3. graph/op_catalog.cpp  its row in the table
+//   4. backend/cpu/<family>.cpp its oneDNN kernel, and the dispatch in backend/cpu/cpu_backend.cpp
+//   5. tests/graph/test_op_gradients.cpp a finite-difference case
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "graph/tensor_desc.hpp"
+
+namespace joule {
+
+enum class OpKind : uint16_t {
+    // forward
+    Conv2d, Linear, MatMul, BatchNorm2d, LayerNorm,
+    Relu, Relu6, Gelu, Sigmoid, Tanh,
+    MaxPool2d, AvgPool2d, GlobalAvgPool,
+    Add, Mul, Concat, Slice, Reshape, Transpose, Dropout, Softmax, Embedding,
+    SoftmaxCrossEntropy,
+    // backward
+    ConvBackwardData, ConvBackwardWeights, LinearBackwardData, LinearBackwardWeights,
+    BatchNormBackward, LayerNormBackward,
+    ReluBackward, Relu6Backward, GeluBackward, SigmoidBackward, TanhBackward,
+    MaxPool2dBackward, AvgPool2dBackward, GlobalAvgPoolBackward,
+    SliceBackward, SoftmaxBackward, EmbeddingBackward, SoftmaxCrossEntropyBackward,
+    // optimizer updates (write their parameter and state inputs in place)
+    SgdUpdate, AdamUpdate,
+    Count
+};
+
+// Layer categories for per-layer-type breakdowns (the characterisation study's and CNNLab's tables).
+enum class OpCategory : uint8_t { Conv, FullyConnected, Norm, Activation, Pooling, Loss, Update, Other };
+const char* category_name(OpCategory c);
+
+struct NoAttrs {};
+struct ConvAttrs {
+    int64_t stride[2] = {1, 1};
+    int64_t pad[2] = {0, 0};
+    int64_t dilation[2] = {1, 1};
+    int64_t groups = 1;
+    bool bias = false;
+};
+struct PoolAttrs {
+    int64_t kernel[2] = {2, 2};
+    int64_t stride[2] = {2, 2};
+    int64_t pad[2] = {0, 0};
+};
+struct LinearAttrs {
+    bool bias = true;
+};
+// C = alpha * op(A) x op(B), op = transpose when the flag is set; leading dims are batch dims.
+struct MatMulAttrs {
+    bool trans_a = false;
+    bool trans_b = false;
+    float alpha = 1.0f;
+};
+struct NormAttrs {
+    float eps = 1e-5f;
+    float momentum = 0.1f;  // running-statistics update factor (BatchNorm)
+};
+struct AxisAttrs {
+    int64_t axis = 1;  // Concat axis, Softmax axis
+};
+struct SliceAttrs {
+    int64_t axis = 0;
+    int64_t start = 0;
+    int64_t length = 1;
+};
+struct ReshapeAttrs {
+    Shape shape;  // one entry may be -1 (inferred)
+    Layout layout = Layout::Plain;
+};
+struct TransposeAttrs {
+    std::vector<int64_t> perm;
+};
+struct DropoutAttrs {
+    float p = 0.5f;
+    uint64_t seed = 0;
+};
+struct SgdAttrs {
+    float lr = 0.01f;
+    float momentum = 0.0f;
+    float weight_decay = 0.0f;
+};
+struct AdamAttrs {
+    float lr = 1e-3f;
+    float beta1 = 0.9f;
+    float beta2 = 0.999f;
+    float eps = 1e-8f;
+    float weight_decay = 0.0f;
+};
+
+using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs,
+                           SliceAttrs, ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs>;
+
+struct Node;
+class GradBuilder;
+
+// Shape rule: output descs from the node and its input descs; throws Error on inconsistency
+// (the Graph adds the op's name to the message).
+using ShapeRule = std::vector<TensorDesc> (*)(const Node&, const std::vector<TensorDesc>& in);
+// FLOP rule: floating-point operations (a multiply-add counts 2) of one execution.
+using FlopRule = double (*)(const Node&, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out);
+// Gradient rule: emits backward IR nodes for a forward node (nullptr for ops that are not differentiated).
+using GradRule = void (*)(GradBuilder&, const Node&);
+
+struct OpInfo {
+    OpKind kind;
+    const char* name;
+    int min_inputs;
+    int max_inputs;  // -1: variadic
+    OpCategory category;
+    ShapeRule shape;
+    FlopRule flops;
+    GradRule grad;
+};
+
+const OpInfo& op_info(OpKind k);
+const char* op_name(OpKind k);
+
+}  // namespace joule

@@ -1,0 +1,148 @@
+#include "runtime/trainer.hpp"
+
+#include <chrono>
+#include <map>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "data/dataset.hpp"
+#include "graph/cost.hpp"
+#include "graph/error.hpp"
+#include "runtime/executor.hpp"
+#include "zoo/zoo.hpp"
+
+namespace joule {
+
+std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps) {
+    const Graph& g = ex.graph();
+    std::vector<LayerTime> out;
+    std::map<NodeId, size_t> row;
+    const double div = double(std::max<int64_t>(steps, 1));
+    for (size_t n = 0; n < g.num_nodes(); ++n) {
+        const Node& node = g.node(NodeId(n));
+        const NodeId src = node.source == kNone ? NodeId(n) : node.source;
+        auto it = row.find(src);
+        if (it == row.end()) {
+            it = row.emplace(src, out.size()).first;
+            out.push_back(LayerTime{g.node(src).name, op_name(g.node(src).kind)});
+        }
+        LayerTime& l = out[it->second];
+        const double s = ex.node_seconds()[n] / div;
+        switch (node.phase) {
+            case Phase::Forward: case Phase::Loss: l.forward_s += s; break;
+            case Phase::Backward: l.backward_s += s; break;
+            case Phase::Update: l.update_s += s; break;
+        }
+        l.flops += node_cost(g, NodeId(n)).flops;
+    }
+    return out;
+}
+
+TrainResult train(const TrainOptions& o, const std::function<void(const TrainProgress&)>& on_progress) {
+    if (o.epochs < 1) throw Error("--epochs must be >= 1, got " + std::to_string(o.epochs));
+    if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
+    if (o.steps < 0) throw Error("--steps must be >= 0, got " + std::to_string(o.steps));
+    const zoo::NetInfo& info = zoo::net_info(o.net);
+    const bool real_data = o.dataset == "fashion-mnist";
+    if (!real_data && o.dataset != "synthetic") throw Error("unknown dataset '" + o.dataset + "'", "use fashion-mnist or synthetic");
+    if (real_data && info.sequence) throw Error(o.net + " takes token sequences, not images", "use --dataset synthetic");
+
+    data::TrainTestSplit split;
+    zoo::NetConfig cfg;
+    cfg.batch = o.batch;
+    cfg.seq_len = o.seq_len;
+    if (real_data) {
+        split = data::load_fashion_mnist(o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir);
+        cfg.image_size = split.train.height;
+        cfg.in_channels = split.train.channels;
+        cfg.classes = split.train.classes;
+    } else {
+        cfg.image_size = o.image_size;
+    }
+    zoo::Model m = zoo::build(o.net, cfg);
+    const int64_t params = m.graph.parameter_count();
+    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, o.optimizer);
+    if (o.dtype != DType::F32) apply_compute_precision(tg.graph, o.dtype);
+
+    cpu::CpuBackend backend(o.threads);
+    Executor ex(tg.graph, backend, {.keep = {m.logits, tg.loss}, .seed = o.seed});
+    const TensorDesc& in_desc = tg.graph.tensor(m.input).desc;
+    const int64_t in_elems = in_desc.numel();
+    const int64_t classes = tg.graph.tensor(m.logits).desc.shape[1];
+
+    TrainResult r;
+    r.net = o.net;
+    r.dataset = o.dataset;
+    r.dtype = dtype_name(o.dtype);
+    r.threads = backend.threads();
+    r.batch = o.batch;
+    r.parameters = params;
+    r.buffer_bytes = ex.bytes_allocated();
+    r.unshared_bytes = ex.bytes_if_unshared();
+
+    data::BatchIterator it(real_data ? split.train.size() : std::max<int64_t>(o.batch, o.steps * o.batch), o.batch, true, o.seed);
+    data::SyntheticData synth(o.seed);
+    int64_t steps_per_epoch = it.batches_per_epoch();
+    if (!real_data && o.steps == 0) steps_per_epoch = std::min<int64_t>(steps_per_epoch, 20);
+    if (o.steps > 0) steps_per_epoch = std::min(steps_per_epoch, o.steps);
+
+    int64_t total_steps = 0;
+    using clock = std::chrono::steady_clock;
+    for (int64_t e = 0; e < o.epochs; ++e) {
+        it.reset();
+        EpochResult er;
+        double loss_sum = 0;
+        const auto t0 = clock::now();
+        for (int64_t s = 0; s < steps_per_epoch; ++s) {
+            auto idx = it.next();
+            if (real_data) {
+                split.train.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
+            } else {
+                if (info.sequence) synth.fill_uniform_int(ex.i32(m.input), in_elems, int32_t(m.vocab));
+                else synth.fill_normal(ex.f32(m.input), in_elems);
+                synth.fill_uniform_int(ex.i32(m.labels), o.batch, int32_t(classes));
+            }
+            ex.run_all({.training = true});
+            loss_sum += ex.f32(tg.loss)[0];
+            ++er.steps;
+            ++total_steps;
+            if (on_progress) {
+                const double el = std::chrono::duration<double>(clock::now() - t0).count();
+                on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(er.steps * o.batch) / el});
+            }
+        }
+        er.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        er.loss = loss_sum / double(std::max<int64_t>(er.steps, 1));
+        er.images_per_s = double(er.steps * o.batch) / er.seconds;
+        r.epochs.push_back(er);
+    }
+    r.layers = layer_times(ex, total_steps);
+    double step = 0;
+    for (double s : ex.node_seconds()) step += s;
+    r.step_seconds = step / double(std::max<int64_t>(total_steps, 1));
+
+    if (real_data) {
+        // Evaluate on the whole test set with the training batch size; the last batch is padded and its
+        // padding ignored.
+        data::BatchIterator test_it(split.test.size(), o.batch, false, 0, true);
+        int64_t correct = 0;
+        while (auto idx = test_it.next()) {
+            const size_t valid = idx->size();
+            while (int64_t(idx->size()) < o.batch) idx->push_back(idx->front());
+            split.test.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
+            ex.run_forward({.training = false});
+            const float* z = ex.f32(m.logits);
+            const int32_t* y = ex.i32(m.labels);
+            for (size_t i = 0; i < valid; ++i) {
+                int64_t best = 0;
+                for (int64_t c = 1; c < classes; ++c)
+                    if (z[int64_t(i) * classes + c] > z[int64_t(i) * classes + best]) best = c;
+                correct += best == y[i];
+            }
+            r.test_samples += int64_t(valid);
+        }
+        r.test_accuracy = double(correct) / double(r.test_samples);
+    }
+    return r;
+}
+
+}  // namespace joule

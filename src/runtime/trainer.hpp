@@ -1,0 +1,68 @@
+// Trainer: a whole training run — build the net, its TrainGraph and an Executor, feed batches, report
+// progress, evaluate test accuracy, and time every node.
+//
+//   TrainOptions o;                 // defaults: LeNet-5 on Fashion-MNIST, 1 epoch, Adam lr 2e-3, b64
+//   TrainResult r = train(o, [](const TrainProgress& p) { ... });
+//   r.test_accuracy, r.layers (per-layer forward / backward / update time per step)
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/autodiff.hpp"
+#include "graph/tensor_desc.hpp"
+
+namespace joule {
+
+struct TrainOptions {
+    std::string net = "lenet5";
+    std::string dataset = "fashion-mnist";  // or "synthetic"
+    std::string data_dir;                   // empty: data::kDefaultFashionMnistDir
+    int64_t epochs = 1;
+    int64_t batch = 64;
+    int64_t steps = 0;       // > 0: at most this many steps per epoch
+    int64_t image_size = 0;  // synthetic images: 0 = the net's default
+    int64_t seq_len = 128;   // BERT nets
+    OptimizerConfig optimizer = OptimizerConfig::adam(2e-3f);
+    int threads = 0;  // 0: all cores
+    DType dtype = DType::F32;
+    uint64_t seed = 1;
+};
+
+struct TrainProgress {
+    int64_t epoch, step, steps_per_epoch;
+    double loss;            // running mean over the epoch so far
+    double images_per_s;    // over the epoch so far
+};
+
+struct LayerTime {
+    std::string name, kind;  // forward layer and its op kind
+    double forward_s = 0, backward_s = 0, update_s = 0;  // per step, measured (steady clock)
+    double flops = 0;                                   // per step, all phases
+};
+
+struct EpochResult {
+    double loss = 0, seconds = 0, images_per_s = 0;
+    int64_t steps = 0;
+};
+
+struct TrainResult {
+    std::string net, dataset, dtype;
+    int threads = 0;
+    int64_t batch = 0, parameters = 0;
+    std::vector<EpochResult> epochs;
+    double test_accuracy = -1;  // < 0: no test set (synthetic data)
+    int64_t test_samples = 0;
+    double step_seconds = 0;    // mean measured wall time of one training step
+    std::vector<LayerTime> layers;
+    size_t buffer_bytes = 0, unshared_bytes = 0;
+};
+
+TrainResult train(const TrainOptions& opts, const std::function<void(const TrainProgress&)>& on_progress = {});
+
+// Per-layer time table from an executor's node timings (divided by `steps`).
+class Executor;
+std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps);
+
+}  // namespace joule
