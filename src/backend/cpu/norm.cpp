@@ -72,7 +72,9 @@ std::unique_ptr<Kernel> batch_norm_backward(const KernelArgs& a) {
         return batch_normalization_backward::primitive_desc({prop_kind::backward, data, data, at.eps, kScaleShift}, a.ctx.engine, fwd->pd);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    // oneDNN 2.6 wants the shift argument with use_shift even in backward, where it is not read.
     k->add(e->prim, {{DNNL_ARG_DIFF_DST, a.mem(data, a.in[0])}, {DNNL_ARG_SRC, a.mem(data, a.in[1])}, {DNNL_ARG_SCALE, a.mem(c, a.in[2])},
+                     {DNNL_ARG_SHIFT, a.mem(c, a.in[2])},
                      {DNNL_ARG_MEAN, a.mem(c, a.in[3])}, {DNNL_ARG_VARIANCE, a.mem(c, a.in[4])}, {DNNL_ARG_DIFF_SRC, a.mem(data, a.out[0])},
                      {DNNL_ARG_DIFF_SCALE, a.mem(c, a.out[1])}, {DNNL_ARG_DIFF_SHIFT, a.mem(c, a.out[2])}});
     return k;
@@ -107,6 +109,7 @@ std::unique_ptr<Kernel> layer_norm(const KernelArgs& a) {
         return layer_normalization_backward::primitive_desc({prop_kind::backward, d.data, d.data, d.stat, at.eps, kScaleShift}, a.ctx.engine, fwd->pd);
     });
     k->add(e->prim, {{DNNL_ARG_DIFF_DST, a.mem(d.data, a.in[0])}, {DNNL_ARG_SRC, a.mem(d.data, a.in[1])}, {DNNL_ARG_SCALE, a.mem(d.chan, a.in[2])},
+                     {DNNL_ARG_SHIFT, a.mem(d.chan, a.in[2])},  // see batch_norm_backward
                      {DNNL_ARG_MEAN, a.mem(d.stat, a.in[3])}, {DNNL_ARG_VARIANCE, a.mem(d.stat, a.in[4])}, {DNNL_ARG_DIFF_SRC, a.mem(d.data, a.out[0])},
                      {DNNL_ARG_DIFF_SCALE, a.mem(d.chan, a.out[1])}, {DNNL_ARG_DIFF_SHIFT, a.mem(d.chan, a.out[2])}});
     return k;

@@ -1,0 +1,124 @@
+// Finite-difference gradient check of every differentiable op on the CPU backend (f32), including
+// nhwc and plain layouts, strides, padding, dilation, groups, transposes and gradient accumulation.
+#include "grad_check.hpp"
+
+namespace joule::test {
+namespace {
+
+TensorId param(Graph& g, const std::string& n, Shape s, Layout l = Layout::Plain, float std = 1.0f) {
+    return g.parameter(n, {std::move(s), DType::F32, l}, Init::normal(std));
+}
+
+ConvAttrs conv_attrs(int64_t stride, int64_t pad, int64_t dil, int64_t groups, bool bias) {
+    ConvAttrs a;
+    a.stride[0] = a.stride[1] = stride;
+    a.pad[0] = a.pad[1] = pad;
+    a.dilation[0] = a.dilation[1] = dil;
+    a.groups = groups;
+    a.bias = bias;
+    return a;
+}
+
+GradCase conv_case(const std::string& name, ConvAttrs a, Shape x, Shape w, Layout l) {
+    return {name, [=](Graph& g) {
+                std::vector<TensorId> in = {param(g, "x", x, l), param(g, "w", w, Layout::Plain, 0.5f)};
+                if (a.bias) in.push_back(param(g, "b", {w[0]}));
+                return g.add1(OpKind::Conv2d, a, in, "conv");
+            }};
+}
+
+GradCase unary_case(OpKind k, float std = 1.0f, Layout l = Layout::ChannelsLast) {
+    return {op_name(k), [=](Graph& g) { return g.add1(k, NoAttrs{}, {param(g, "x", {2, 3, 4, 5}, l, std)}, "op"); }};
+}
+
+PoolAttrs pool(int64_t k, int64_t s, int64_t p) {
+    PoolAttrs a;
+    a.kernel[0] = a.kernel[1] = k;
+    a.stride[0] = a.stride[1] = s;
+    a.pad[0] = a.pad[1] = p;
+    return a;
+}
+
+GradCase matmul_case(bool ta, bool tb) {
+    return {"MatMul ta=" + std::to_string(ta) + " tb=" + std::to_string(tb), [=](Graph& g) {
+                const Shape a = ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, b = tb ? Shape{2, 5, 4} : Shape{2, 4, 5};
+                return g.add1(OpKind::MatMul, MatMulAttrs{ta, tb, 0.5f}, {param(g, "a", a), param(g, "b", b)}, "mm");
+            }};
+}
+
+std::vector<GradCase> cases() {
+    std::vector<GradCase> c = {
+        conv_case("Conv2d 3x3 pad 1 bias nhwc", conv_attrs(1, 1, 1, 1, true), {2, 3, 5, 5}, {4, 3, 3, 3}, Layout::ChannelsLast),
+        conv_case("Conv2d stride 2 plain", conv_attrs(2, 0, 1, 1, false), {1, 2, 7, 7}, {3, 2, 3, 3}, Layout::Plain),
+        conv_case("Conv2d dilation 2", conv_attrs(1, 2, 2, 1, false), {1, 2, 6, 6}, {2, 2, 3, 3}, Layout::ChannelsLast),
+        conv_case("Conv2d depthwise", conv_attrs(1, 1, 1, 4, true), {2, 4, 5, 5}, {4, 1, 3, 3}, Layout::ChannelsLast),
+        conv_case("Conv2d groups 2", conv_attrs(2, 1, 1, 2, false), {1, 4, 6, 6}, {6, 2, 3, 3}, Layout::ChannelsLast),
+        {"Linear bias", [](Graph& g) {
+             return g.add1(OpKind::Linear, LinearAttrs{true}, {param(g, "x", {4, 6}), param(g, "w", {5, 6}), param(g, "b", {5})}, "fc");
+         }},
+        {"Linear 3d no bias", [](Graph& g) {
+             return g.add1(OpKind::Linear, LinearAttrs{false}, {param(g, "x", {2, 3, 6}), param(g, "w", {4, 6})}, "fc");
+         }},
+        matmul_case(false, false), matmul_case(false, true), matmul_case(true, false), matmul_case(true, true),
+        {"BatchNorm2d", [](Graph& g) {
+             const TensorId x = param(g, "x", {3, 2, 3, 3}, Layout::ChannelsLast, 2.0f);
+             const TensorId m = g.state("m", {{2}}, Init::zeros()), v = g.state("v", {{2}}, Init::ones());
+             return g.add(OpKind::BatchNorm2d, NormAttrs{}, {x, param(g, "gamma", {2}), param(g, "beta", {2}), m, v}, "bn")[0];
+         }, {}, 1e-2, 3e-2, 5e-3},
+        {"LayerNorm", [](Graph& g) {
+             return g.add(OpKind::LayerNorm, NormAttrs{}, {param(g, "x", {2, 3, 8}), param(g, "gamma", {8}), param(g, "beta", {8})}, "ln")[0];
+         }, {}, 1e-2, 3e-2, 5e-3},
+        unary_case(OpKind::Relu), unary_case(OpKind::Relu6, 5.0f), unary_case(OpKind::Gelu), unary_case(OpKind::Sigmoid),
+        unary_case(OpKind::Tanh, 1.0f, Layout::Plain),
+        {"MaxPool2d 2x2", [](Graph& g) { return g.add1(OpKind::MaxPool2d, pool(2, 2, 0), {param(g, "x", {2, 3, 6, 6}, Layout::ChannelsLast)}, "p"); }},
+        {"MaxPool2d 3x3 s2 p1", [](Graph& g) { return g.add1(OpKind::MaxPool2d, pool(3, 2, 1), {param(g, "x", {1, 2, 7, 7}, Layout::ChannelsLast)}, "p"); }},
+        {"AvgPool2d 3x3 s1 p1", [](Graph& g) { return g.add1(OpKind::AvgPool2d, pool(3, 1, 1), {param(g, "x", {1, 2, 5, 5}, Layout::ChannelsLast)}, "p"); }},
+        {"GlobalAvgPool", [](Graph& g) { return g.add1(OpKind::GlobalAvgPool, NoAttrs{}, {param(g, "x", {2, 3, 4, 4}, Layout::ChannelsLast)}, "p"); }},
+        {"Add", [](Graph& g) { return g.add1(OpKind::Add, NoAttrs{}, {param(g, "a", {2, 3, 2, 2}, Layout::ChannelsLast), param(g, "b", {2, 3, 2, 2}, Layout::ChannelsLast)}, "add"); }},
+        {"Mul", [](Graph& g) { return g.add1(OpKind::Mul, NoAttrs{}, {param(g, "a", {3, 4}), param(g, "b", {3, 4})}, "mul"); }},
+        {"Concat nhwc channels", [](Graph& g) {
+             return g.add1(OpKind::Concat, AxisAttrs{1}, {param(g, "a", {2, 2, 3, 3}, Layout::ChannelsLast), param(g, "b", {2, 3, 3, 3}, Layout::ChannelsLast)}, "cat");
+         }},
+        {"Concat last axis", [](Graph& g) { return g.add1(OpKind::Concat, AxisAttrs{-1}, {param(g, "a", {2, 3}), param(g, "b", {2, 4}), param(g, "c", {2, 1})}, "cat"); }},
+        {"Slice", [](Graph& g) { return g.add1(OpKind::Slice, SliceAttrs{1, 1, 2}, {param(g, "x", {2, 5, 4})}, "slice"); }},
+        {"Reshape nhwc to plain", [](Graph& g) {
+             return g.add1(OpKind::Reshape, ReshapeAttrs{{2, -1}}, {param(g, "x", {2, 3, 2, 2}, Layout::ChannelsLast)}, "flat");
+         }},
+        {"Transpose", [](Graph& g) { return g.add1(OpKind::Transpose, TransposeAttrs{{2, 0, 1}}, {param(g, "x", {2, 3, 4})}, "t"); }},
+        {"Softmax", [](Graph& g) { return g.add1(OpKind::Softmax, AxisAttrs{-1}, {param(g, "x", {3, 7})}, "sm"); }},
+        {"Embedding", [](Graph& g) {
+             const TensorId idx = g.input("idx", {{2, 3}, DType::I32});
+             return g.add1(OpKind::Embedding, NoAttrs{}, {idx, param(g, "table", {7, 4})}, "emb");
+         }, [](Executor& ex, const Graph& g) {
+             int32_t* p = ex.i32(*g.find_tensor("idx"));
+             const int32_t v[] = {1, 3, 3, 0, 6, 1};  // repeated rows exercise the scatter-add
+             std::copy(v, v + 6, p);
+         }},
+        {"SoftmaxCrossEntropy", [](Graph& g) {
+             const TensorId labels = g.input("labels", {{4}, DType::I32}, TensorRole::Label);
+             return g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{}, {param(g, "z", {4, 5}), labels}, "loss")[0];
+         }, [](Executor& ex, const Graph& g) {
+             int32_t* p = ex.i32(*g.find_tensor("labels"));
+             p[0] = 0, p[1] = 4, p[2] = 2, p[3] = 2;
+         }},
+        {"residual accumulation", [](Graph& g) {
+             // y = relu(x) * x + x: x has three consumers
+             const TensorId x = param(g, "x", {3, 4});
+             const TensorId r = g.add1(OpKind::Relu, NoAttrs{}, {x}, "relu");
+             return g.add1(OpKind::Add, NoAttrs{}, {g.add1(OpKind::Mul, NoAttrs{}, {r, x}, "mul"), x}, "add");
+         }},
+    };
+    return c;
+}
+
+class OpGradient : public ::testing::TestWithParam<GradCase> {};
+TEST_P(OpGradient, MatchesFiniteDifferences) { check_gradients(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cpu, OpGradient, ::testing::ValuesIn(cases()), [](const auto& info) {
+    std::string n = info.param.name;
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return n;
+});
+
+}  // namespace
+}  // namespace joule::test
