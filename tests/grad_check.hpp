@@ -26,6 +26,9 @@ struct GradCase {
     DType compute = DType::F32;
 };
 
+// gtest prints parameters by name, not as bytes.
+inline void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
+
 inline double weighted_sum(Executor& ex, TensorId y, TensorId r) {
     const int64_t n = ex.graph().tensor(y).desc.numel();
     const float* py = ex.f32(y);

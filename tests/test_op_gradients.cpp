@@ -122,3 +122,52 @@ INSTANTIATE_TEST_SUITE_P(Cpu, OpGradient, ::testing::ValuesIn(cases()), [](const
 
 }  // namespace
 }  // namespace joule::test
+
+namespace joule::test {
+namespace {
+
+// bf16: every node the CPU backend runs in bf16 is switched to it; outputs and gradients must stay
+// within bf16 rounding of the f32 run (whose gradients are checked by finite differences above).
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += double(b[i]) * b[i];
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::vector<std::vector<float>> run_case(const GradCase& c, bool bf16, int* lowered) {
+    Prepared p = prepare(c);
+    cpu::CpuBackend cpu(1);
+    if (bf16) {
+        apply_compute_precision(p.g, DType::BF16, [&](const Graph&, NodeId n) { return supports_in(cpu, p.g, n, DType::BF16); });
+        for (const Node& n : p.g.nodes()) *lowered += n.compute == DType::BF16;
+    }
+    Executor ex(p.g, cpu, keep_all(p));
+    if (c.fill) c.fill(ex, p.g);
+    ex.run_all();
+    std::vector<std::vector<float>> out;
+    out.emplace_back(ex.f32(p.y), ex.f32(p.y) + p.g.tensor(p.y).desc.numel());
+    for (auto& [t, g] : p.grads) out.emplace_back(ex.f32(g), ex.f32(g) + p.g.tensor(g).desc.numel());
+    return out;
+}
+
+class OpBf16 : public ::testing::TestWithParam<GradCase> {};
+TEST_P(OpBf16, TracksF32WithinBf16Rounding) {
+    int lowered = 0, unused = 0;
+    const auto ref = run_case(GetParam(), false, &unused);
+    const auto low = run_case(GetParam(), true, &lowered);
+    if (lowered == 0) GTEST_SKIP() << GetParam().name << " runs in f32 only on the cpu backend (data movement / loss / gather)";
+    ASSERT_EQ(ref.size(), low.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = relative_l2(low[i], ref[i]);
+        EXPECT_LT(e, 3e-2) << (i == 0 ? "output" : "gradient " + std::to_string(i));
+    }
+}
+INSTANTIATE_TEST_SUITE_P(Cpu, OpBf16, ::testing::ValuesIn(cases()), [](const auto& info) {
+    std::string n = info.param.name;
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return n;
+});
+
+}  // namespace
+}  // namespace joule::test

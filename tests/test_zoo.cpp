@@ -6,6 +6,9 @@
 #include "zoo/zoo.hpp"
 
 namespace joule {
+namespace zoo {
+inline void PrintTo(const NetInfo& n, std::ostream* os) { *os << n.name; }
+}  // namespace zoo
 namespace {
 
 class ZooNet : public ::testing::TestWithParam<zoo::NetInfo> {};

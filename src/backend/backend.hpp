@@ -43,4 +43,7 @@ public:
     virtual int threads() const = 0;
 };
 
+// Whether `backend` can run node n of g in `dtype` (asks supports() with Node::compute set to it).
+bool supports_in(const Backend& backend, Graph& g, NodeId n, DType dtype);
+
 }  // namespace joule

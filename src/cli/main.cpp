@@ -13,7 +13,7 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional) {
     cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(CLI::NonNegativeNumber);
     cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::PositiveNumber);
     cmd.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
-    cmd.add_option("--dtype", o.dtype, "compute precision of conv / linear / matmul: f32 or bf16")
+    cmd.add_option("--dtype", o.dtype, "compute precision: f32 or bf16 (storage stays f32; see --dtype-scope)")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "bf16"}));
 }

@@ -18,11 +18,12 @@ namespace {
 struct TrainFlags {
     NetOptions net;
     std::string dataset = "fashion-mnist", data_dir;
-    int64_t epochs = 1, steps = 0, top = 15;
+    int64_t epochs = 1, steps = 0, top = 15, warmup = 1;
     float lr = 0, momentum = -1, weight_decay = 0;
     int threads = 0;
     uint64_t seed = 1;
     bool json = false, quiet = false;
+    std::string scope = "gemm";
 };
 
 void print_progress(const TrainProgress& p, bool tty) {
@@ -61,7 +62,8 @@ void print_layers(const TrainResult& r, int64_t top) {
         t.add({rest.name, "", fixed(rest.forward_s * 1e3, 3), fixed(rest.backward_s * 1e3, 3), fixed(rest.update_s * 1e3, 3), fixed(s * 1e3, 3),
                fixed(100 * s / total, 1) + " %", s > 0 ? fixed(rest.flops / s / 1e9, 1) : "-"});
     }
-    std::cout << "\nper-layer time per step (measured, steady clock; " << r.threads << " threads):\n";
+    std::cout << "\nper-layer time per step (measured, steady clock; " << r.threads << " threads; mean of " << r.timed_steps
+              << " steps after warm-up):\n";
     t.print(std::cout);
     std::cout << "step total " << fixed(total * 1e3, 3) << " ms (measured)\n";
 }
@@ -75,12 +77,16 @@ void add_train(CLI::App& app) {
     cmd->add_option("--data-dir", f->data_dir, "directory with the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)");
     cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(CLI::NonNegativeNumber);
     cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(CLI::PositiveNumber);
     cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
     cmd->add_option("--threads", f->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
     cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--dtype-scope", f->scope, "gemm: --dtype on conv/linear/matmul (autocast's list); all: on every op the backend runs in it")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"gemm", "all"}));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
     cmd->add_flag("--quiet", f->quiet, "no progress bar");
     cmd->callback([f] {
@@ -91,11 +97,13 @@ void add_train(CLI::App& app) {
         o.epochs = f->epochs;
         o.batch = f->net.batch;
         o.steps = f->steps;
+        o.warmup = f->warmup;
         o.image_size = f->net.image_size;
         o.seq_len = f->net.seq_len;
         o.threads = f->threads;
         o.seed = f->seed;
         o.dtype = parse_dtype(f->net.dtype);
+        o.low_precision_everywhere = f->scope == "all";
         if (f->net.optimizer == "sgd")
             o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, f->weight_decay);
         else {
@@ -105,11 +113,13 @@ void add_train(CLI::App& app) {
         const bool tty = isatty(STDERR_FILENO);
         if (!f->json)
             std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
-                      << f->net.optimizer << " lr " << o.optimizer.lr << ", " << f->net.dtype << ", cpu (oneDNN)\n";
+                      << f->net.optimizer << " lr " << o.optimizer.lr << ", " << f->net.dtype
+                      << (o.dtype == DType::F32 ? "" : (o.low_precision_everywhere ? " on every op that supports it" : " on conv/linear/matmul"))
+                      << ", cpu (oneDNN)\n";
         const TrainResult r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty](const TrainProgress& p) { print_progress(p, tty); });
         if (f->json) {
             nlohmann::json j = {{"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
-                                {"parameters", r.parameters}, {"step_seconds", r.step_seconds}, {"timing", "measured"},
+                                {"parameters", r.parameters}, {"step_seconds", r.step_seconds}, {"timed_steps", r.timed_steps}, {"timing", "measured"},
                                 {"buffer_bytes", r.buffer_bytes}, {"unshared_buffer_bytes", r.unshared_bytes}};
             for (const EpochResult& e : r.epochs)
                 j["epochs"].push_back({{"loss", e.loss}, {"seconds", e.seconds}, {"images_per_second", e.images_per_s}, {"steps", e.steps}});

@@ -146,13 +146,14 @@ TrainGraph build_train_graph(Graph forward, TensorId loss, const OptimizerConfig
     return tg;
 }
 
-void apply_compute_precision(Graph& g, DType dtype) {
-    for (size_t i = 0; i < g.num_nodes(); ++i) {
-        Node& n = g.node(NodeId(i));
-        const OpCategory c = op_info(n.kind).category;
-        const bool gemm = c == OpCategory::Conv || c == OpCategory::FullyConnected;
-        if (gemm) n.compute = dtype;
-    }
+bool is_gemm_node(const Graph& g, NodeId n) {
+    const OpCategory c = op_info(g.node(n).kind).category;
+    return c == OpCategory::Conv || c == OpCategory::FullyConnected;
+}
+
+void apply_compute_precision(Graph& g, DType dtype, const std::function<bool(const Graph&, NodeId)>& eligible) {
+    for (size_t i = 0; i < g.num_nodes(); ++i)
+        if (eligible(g, NodeId(i))) g.node(NodeId(i)).compute = dtype;
 }
 
 }  // namespace joule

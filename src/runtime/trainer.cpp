@@ -41,6 +41,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     if (o.epochs < 1) throw Error("--epochs must be >= 1, got " + std::to_string(o.epochs));
     if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.steps < 0) throw Error("--steps must be >= 0, got " + std::to_string(o.steps));
+    if (o.warmup < 0) throw Error("--warmup must be >= 0, got " + std::to_string(o.warmup));
     const zoo::NetInfo& info = zoo::net_info(o.net);
     const bool real_data = o.dataset == "fashion-mnist";
     if (!real_data && o.dataset != "synthetic") throw Error("unknown dataset '" + o.dataset + "'", "use fashion-mnist or synthetic");
@@ -61,9 +62,14 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     zoo::Model m = zoo::build(o.net, cfg);
     const int64_t params = m.graph.parameter_count();
     TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, o.optimizer);
-    if (o.dtype != DType::F32) apply_compute_precision(tg.graph, o.dtype);
-
     cpu::CpuBackend backend(o.threads);
+    if (o.dtype != DType::F32) {
+        if (o.low_precision_everywhere)
+            apply_compute_precision(tg.graph, o.dtype, [&](const Graph&, NodeId n) { return supports_in(backend, tg.graph, n, o.dtype); });
+        else
+            apply_compute_precision(tg.graph, o.dtype);
+    }
+
     Executor ex(tg.graph, backend, {.keep = {m.logits, tg.loss}, .seed = o.seed});
     const TensorDesc& in_desc = tg.graph.tensor(m.input).desc;
     const int64_t in_elems = in_desc.numel();
@@ -104,7 +110,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             ex.run_all({.training = true});
             loss_sum += ex.f32(tg.loss)[0];
             ++er.steps;
-            ++total_steps;
+            if (++total_steps == o.warmup) ex.reset_timing();
             if (on_progress) {
                 const double el = std::chrono::duration<double>(clock::now() - t0).count();
                 on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(er.steps * o.batch) / el});
@@ -115,10 +121,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         er.images_per_s = double(er.steps * o.batch) / er.seconds;
         r.epochs.push_back(er);
     }
-    r.layers = layer_times(ex, total_steps);
+    r.timed_steps = total_steps > o.warmup ? total_steps - o.warmup : total_steps;
+    r.layers = layer_times(ex, r.timed_steps);
     double step = 0;
     for (double s : ex.node_seconds()) step += s;
-    r.step_seconds = step / double(std::max<int64_t>(total_steps, 1));
+    r.step_seconds = step / double(std::max<int64_t>(r.timed_steps, 1));
 
     if (real_data) {
         // Evaluate on the whole test set with the training batch size; the last batch is padded and its

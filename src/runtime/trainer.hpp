@@ -22,11 +22,14 @@ struct TrainOptions {
     int64_t epochs = 1;
     int64_t batch = 64;
     int64_t steps = 0;       // > 0: at most this many steps per epoch
+    int64_t warmup = 1;      // first steps left out of the timings (oneDNN compiles kernels on first use)
     int64_t image_size = 0;  // synthetic images: 0 = the net's default
     int64_t seq_len = 128;   // BERT nets
     OptimizerConfig optimizer = OptimizerConfig::adam(2e-3f);
     int threads = 0;  // 0: all cores
     DType dtype = DType::F32;
+    bool low_precision_everywhere = false;  // false: dtype on conv/linear/matmul only (autocast's list);
+                                            // true: on every node the backend can run in dtype
     uint64_t seed = 1;
 };
 
@@ -54,7 +57,8 @@ struct TrainResult {
     std::vector<EpochResult> epochs;
     double test_accuracy = -1;  // < 0: no test set (synthetic data)
     int64_t test_samples = 0;
-    double step_seconds = 0;    // mean measured wall time of one training step
+    double step_seconds = 0;    // mean measured wall time of one training step after warm-up
+    int64_t timed_steps = 0;
     std::vector<LayerTime> layers;
     size_t buffer_bytes = 0, unshared_bytes = 0;
 };

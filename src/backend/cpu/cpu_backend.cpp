@@ -4,6 +4,18 @@
 
 #include "backend/cpu/kernels.hpp"
 
+namespace joule {
+
+bool supports_in(const Backend& backend, Graph& g, NodeId n, DType dtype) {
+    const DType old = g.node(n).compute;
+    g.node(n).compute = dtype;
+    const bool ok = backend.supports(g, n).ok;
+    g.node(n).compute = old;
+    return ok;
+}
+
+}  // namespace joule
+
 namespace joule::cpu {
 
 dnnl::memory::dims to_dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
@@ -58,6 +70,29 @@ void add_output_reorder(PrimitiveKernel& k, CpuContext&, const dnnl::memory& hav
     k.add(dnnl::reorder(have, user), {{DNNL_ARG_FROM, have}, {DNNL_ARG_TO, user}});
 }
 
+dnnl::memory::desc with_type(const dnnl::memory::desc& md, dt type) {
+    dnnl_memory_desc_t d = md.data;
+    JOULE_ASSERT(d.format_kind == dnnl_blocked && d.format_desc.blocking.inner_nblks == 0, "with_type needs a plain strided descriptor");
+    d.data_type = static_cast<dnnl_data_type_t>(type);
+    return dnnl::memory::desc(d);
+}
+
+dnnl::memory cast_input(PrimitiveKernel& k, const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) {
+    return reordered_input(k, a.ctx, a.mem(user, p), with_type(user, type));
+}
+
+dnnl::memory CastOutputs::add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) {
+    dnnl::memory u = a.mem(user, p);
+    if (type == dt::f32) return u;
+    dnnl::memory c(with_type(user, type), a.ctx.engine);
+    pairs_.emplace_back(c, u);
+    return c;
+}
+
+void CastOutputs::finish(PrimitiveKernel& k, CpuContext& ctx) {
+    for (auto& [c, u] : pairs_) add_output_reorder(k, ctx, c, u);
+}
+
 CpuBackend::CpuBackend(int threads) : ctx_(std::make_unique<CpuContext>()) {
     if (threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(threads));
     if (threads > 0) omp_set_num_threads(threads);
@@ -69,9 +104,16 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
     if (n.compute != DType::F32 && n.compute != DType::BF16)
         return {false, std::string("cpu computes in f32 or bf16, not ") + dtype_name(n.compute)};
     if (n.compute == DType::BF16) {
-        const OpCategory c = op_info(n.kind).category;
-        if (c != OpCategory::Conv && c != OpCategory::FullyConnected)
-            return {false, "cpu runs bf16 for conv, linear and matmul nodes only"};
+        switch (n.kind) {
+            case OpKind::SoftmaxCrossEntropy: case OpKind::SoftmaxCrossEntropyBackward:
+                return {false, "the loss is computed in f32 (log-sum-exp needs the range)"};
+            case OpKind::SgdUpdate: case OpKind::AdamUpdate:
+                return {false, "optimizer updates run on f32 master weights"};
+            case OpKind::Embedding: case OpKind::EmbeddingBackward: case OpKind::Dropout: case OpKind::Concat: case OpKind::Slice:
+            case OpKind::SliceBackward: case OpKind::Reshape: case OpKind::Transpose:
+                return {false, "data movement has no arithmetic to lower: it runs on the f32 storage"};
+            default: break;
+        }
         // oneDNN runs bf16 natively with avx512_bf16 and emulates it on plain avx512_core.
         const unsigned need = unsigned(dnnl::cpu_isa::avx512_core);
         if ((unsigned(dnnl::get_effective_cpu_isa()) & need) != need)

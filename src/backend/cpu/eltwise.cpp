@@ -30,30 +30,40 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
     const EltwiseAlg alg = eltwise_alg(a.node.kind);
     const bool forward = op_info(a.node.kind).grad != nullptr;
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);
-    const memory::desc data = md_of(x);
-    const std::string key = key_of(x) + std::to_string(int(alg.alg));
+    const dt type = compute_type(a.node.compute);
+    const memory::desc data = md_of(x), cdata = with_type(data, type);
+    const std::string key = key_of(x) + std::to_string(int(alg.alg)) + "t" + std::to_string(int(type));
     auto fwd = a.ctx.cache.get<eltwise_forward>(key, [&] {
-        return eltwise_forward::primitive_desc({prop_kind::forward_training, alg.alg, data, alg.alpha, alg.beta}, a.ctx.engine);
+        return eltwise_forward::primitive_desc({prop_kind::forward_training, alg.alg, cdata, alg.alpha, alg.beta}, a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    CastOutputs outs;
     if (forward) {
-        k->add(fwd->prim, {{DNNL_ARG_SRC, a.mem(data, a.in[0])}, {DNNL_ARG_DST, a.mem(data, a.out[0])}});
+        k->add(fwd->prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
+        outs.finish(*k, a.ctx);
         return k;
     }
     auto e = a.ctx.cache.get<eltwise_backward>(key, [&] {
-        return eltwise_backward::primitive_desc({alg.alg, data, data, alg.alpha, alg.beta}, a.ctx.engine, fwd->pd);
+        return eltwise_backward::primitive_desc({alg.alg, cdata, cdata, alg.alpha, alg.beta}, a.ctx.engine, fwd->pd);
     });
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, a.mem(data, a.in[0])}, {DNNL_ARG_SRC, a.mem(data, a.in[1])}, {DNNL_ARG_DIFF_SRC, a.mem(data, a.out[0])}});
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_SRC, cast_input(*k, a, data, a.in[1], type)},
+                     {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
+    outs.finish(*k, a.ctx);
     return k;
 }
 
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
     const algorithm alg = a.node.kind == OpKind::Add ? algorithm::binary_add : algorithm::binary_mul;
+    const dt type = compute_type(a.node.compute);
     const memory::desc s0 = md_of(a.in_desc(0)), s1 = md_of(a.in_desc(1)), d = md_of(a.out_desc(0));
-    auto e = a.ctx.cache.get<binary>(key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(int(alg)),
-                                     [&] { return binary::primitive_desc({alg, s0, s1, d}, a.ctx.engine); });
+    auto e = a.ctx.cache.get<binary>(key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(int(alg)) + "t" + std::to_string(int(type)), [&] {
+        return binary::primitive_desc({alg, with_type(s0, type), with_type(s1, type), with_type(d, type)}, a.ctx.engine);
+    });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    k->add(e->prim, {{DNNL_ARG_SRC_0, a.mem(s0, a.in[0])}, {DNNL_ARG_SRC_1, a.mem(s1, a.in[1])}, {DNNL_ARG_DST, a.mem(d, a.out[0])}});
+    CastOutputs outs;
+    k->add(e->prim, {{DNNL_ARG_SRC_0, cast_input(*k, a, s0, a.in[0], type)}, {DNNL_ARG_SRC_1, cast_input(*k, a, s1, a.in[1], type)},
+                     {DNNL_ARG_DST, outs.add(a, d, a.out[0], type)}});
+    outs.finish(*k, a.ctx);
     return k;
 }
 

@@ -60,6 +60,21 @@ dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::me
 dnnl::memory output_memory(CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& have);
 void add_output_reorder(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& have, const dnnl::memory& user);
 
+// The same descriptor with another element type (plain strided descriptors only: strides are in elements).
+dnnl::memory::desc with_type(const dnnl::memory::desc& md, dt type);
+// `user` memory (f32 storage at p) as the compute type: itself for f32, else a bf16 scratch filled by a cast
+// step added to k before the compute step.
+dnnl::memory cast_input(PrimitiveKernel& k, const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
+// Outputs computed in another type and cast back to their f32 storage after the compute step.
+class CastOutputs {
+public:
+    dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
+    void finish(PrimitiveKernel& k, CpuContext& ctx);  // call after adding the compute step
+
+private:
+    std::vector<std::pair<dnnl::memory, dnnl::memory>> pairs_;  // (compute, user)
+};
+
 // A kernel written as a plain loop (ops oneDNN has no primitive for).
 class FunctionKernel : public Kernel {
 public:

@@ -22,19 +22,25 @@ std::unique_ptr<Kernel> make_softmax(const KernelArgs& a) {
     const bool forward = a.node.kind == OpKind::Softmax;
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);
     const int64_t h = x.shape.back();
-    const memory::desc data({x.numel() / h, h}, dt::f32, tag::ab);
-    auto fwd = a.ctx.cache.get<softmax_forward>(key_of(x), [&] {
-        return softmax_forward::primitive_desc({prop_kind::forward_training, data, 1}, a.ctx.engine);
+    const dt type = compute_type(a.node.compute);
+    const memory::desc data({x.numel() / h, h}, dt::f32, tag::ab), cdata = with_type(data, type);
+    const std::string key = key_of(x) + "t" + std::to_string(int(type));
+    auto fwd = a.ctx.cache.get<softmax_forward>(key, [&] {
+        return softmax_forward::primitive_desc({prop_kind::forward_training, cdata, 1}, a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    CastOutputs outs;
     if (forward) {
-        k->add(fwd->prim, {{DNNL_ARG_SRC, a.mem(data, a.in[0])}, {DNNL_ARG_DST, a.mem(data, a.out[0])}});
+        k->add(fwd->prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
+        outs.finish(*k, a.ctx);
         return k;
     }
-    auto e = a.ctx.cache.get<softmax_backward>(key_of(x), [&] {
-        return softmax_backward::primitive_desc({data, data, 1}, a.ctx.engine, fwd->pd);
+    auto e = a.ctx.cache.get<softmax_backward>(key, [&] {
+        return softmax_backward::primitive_desc({cdata, cdata, 1}, a.ctx.engine, fwd->pd);
     });
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, a.mem(data, a.in[0])}, {DNNL_ARG_DST, a.mem(data, a.in[1])}, {DNNL_ARG_DIFF_SRC, a.mem(data, a.out[0])}});
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, cast_input(*k, a, data, a.in[1], type)},
+                     {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
+    outs.finish(*k, a.ctx);
     return k;
 }
 

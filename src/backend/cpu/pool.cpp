@@ -36,27 +36,30 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
     const TensorDesc& x = forward ? a.in_desc(0) : a.out_desc(0);
     const TensorDesc& y = forward ? a.out_desc(0) : a.in_desc(0);
     const PoolGeometry g = pool_geometry(a.node, x);
-    const memory::desc src = md_of(x), dst = md_of(y);
-    const std::string key = pool_key(g, x, y);
+    const dt type = compute_type(a.node.compute);
+    const memory::desc src = md_of(x), dst = md_of(y), csrc = with_type(src, type), cdst = with_type(dst, type);
+    const std::string key = pool_key(g, x, y) + "t" + std::to_string(int(type));
     auto fwd = a.ctx.cache.get<pooling_forward>(key, [&] {
-        return pooling_forward::primitive_desc({prop_kind::forward_training, g.alg, src, dst, g.strides, g.kernel, g.pad_l, g.pad_r}, a.ctx.engine);
+        return pooling_forward::primitive_desc({prop_kind::forward_training, g.alg, csrc, cdst, g.strides, g.kernel, g.pad_l, g.pad_r}, a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    CastOutputs outs;
     const bool max = g.alg == algorithm::pooling_max;
     if (forward) {
-        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, a.mem(src, a.in[0])}, {DNNL_ARG_DST, a.mem(dst, a.out[0])}};
+        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, cast_input(*k, a, src, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, dst, a.out[0], type)}};
         if (max) {
             memory ws(fwd->pd.workspace_desc(), a.ctx.engine);
             a.ctx.workspaces[a.id] = ws;
             args[DNNL_ARG_WORKSPACE] = ws;
         }
         k->add(fwd->prim, args);
+        outs.finish(*k, a.ctx);
         return k;
     }
     auto e = a.ctx.cache.get<pooling_backward>(key, [&] {
-        return pooling_backward::primitive_desc({g.alg, src, dst, g.strides, g.kernel, g.pad_l, g.pad_r}, a.ctx.engine, fwd->pd);
+        return pooling_backward::primitive_desc({g.alg, csrc, cdst, g.strides, g.kernel, g.pad_l, g.pad_r}, a.ctx.engine, fwd->pd);
     });
-    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, a.mem(dst, a.in[0])}, {DNNL_ARG_DIFF_SRC, a.mem(src, a.out[0])}};
+    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, cast_input(*k, a, dst, a.in[0], type)}, {DNNL_ARG_DIFF_SRC, outs.add(a, src, a.out[0], type)}};
     if (max) {
         auto it = a.ctx.workspaces.find(a.node.source);
         if (it == a.ctx.workspaces.end())
@@ -64,6 +67,7 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
         args[DNNL_ARG_WORKSPACE] = it->second;
     }
     k->add(e->prim, args);
+    outs.finish(*k, a.ctx);
     return k;
 }
 

@@ -1,0 +1,78 @@
+"""The benchmark nets written in PyTorch 1.13 (no torchvision on Debian 12's python3-torch), with the same
+architectures as joule's zoo: LeNet-5 (ReLU, max-pool), ResNet-18 (torchvision v1.5 layout) and a BERT encoder."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LeNet5(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(400, 120), nn.Linear(120, 84), nn.Linear(84, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, inp, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inp, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.down = None
+        if stride != 1 or inp != planes:
+            self.down = nn.Sequential(nn.Conv2d(inp, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (self.down(x) if self.down is not None else x))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        layers, inp = [], 64
+        for i, planes in enumerate([64, 128, 256, 512]):
+            for b in range(2):
+                layers.append(BasicBlock(inp, planes, 2 if (i > 0 and b == 0) else 1))
+                inp = planes
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.layers(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Bert(nn.Module):
+    """Post-norm BERT encoder with GELU, pooler on [CLS] and a classifier, as joule's zoo::build_bert."""
+
+    def __init__(self, layers=2, hidden=128, heads=2, inter=512, vocab=30522, positions=512, classes=2, dropout=0.1):
+        super().__init__()
+        self.word, self.pos, self.seg = nn.Embedding(vocab, hidden), nn.Embedding(positions, hidden), nn.Embedding(2, hidden)
+        self.ln = nn.LayerNorm(hidden, eps=1e-12)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            [nn.TransformerEncoderLayer(hidden, heads, inter, dropout, activation="gelu", batch_first=True, layer_norm_eps=1e-12) for _ in range(layers)])
+        self.pooler = nn.Linear(hidden, hidden)
+        self.cls = nn.Linear(hidden, classes)
+
+    def forward(self, ids):
+        pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+        x = self.drop(self.ln(self.word(ids) + self.pos(pos) + self.seg(torch.zeros_like(ids))))
+        for layer in self.layers:
+            x = layer(x)
+        return self.cls(self.drop(torch.tanh(self.pooler(x[:, 0]))))
