@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "graph/autodiff.hpp"
 #include "runtime/executor.hpp"
+#include "test_util.hpp"
 
 namespace joule::test {
 

@@ -10,6 +10,7 @@
 #include "data/dataset.hpp"
 #include "data/idx.hpp"
 #include "graph/error.hpp"
+#include "test_util.hpp"
 
 namespace joule::data {
 namespace {
@@ -43,14 +44,7 @@ std::string write(const std::string& name, const std::vector<uint8_t>& bytes, bo
     return p;
 }
 
-void expect_error(const std::function<void()>& f, const std::string& must_contain) {
-    try {
-        f();
-        ADD_FAILURE() << "no error; expected '" << must_contain << "'";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(must_contain), std::string::npos) << e.what();
-    }
-}
+using test::expect_error;
 
 TEST(Idx, ReadsPlainAndGzip) {
     for (bool gz : {false, true}) {

@@ -4,6 +4,7 @@
 #include "graph/autodiff.hpp"
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
+#include "test_util.hpp"
 
 namespace joule {
 namespace {
@@ -11,14 +12,7 @@ namespace {
 TensorId img(Graph& g, Shape s) { return g.input("x", {std::move(s), DType::F32, Layout::ChannelsLast}); }
 TensorId w(Graph& g, const std::string& n, Shape s) { return g.parameter(n, {std::move(s)}, Init::normal(1)); }
 
-void expect_error(const std::function<void()>& f, const std::string& must_contain) {
-    try {
-        f();
-        ADD_FAILURE() << "no error; expected one mentioning '" << must_contain << "'";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(must_contain), std::string::npos) << e.what();
-    }
-}
+using test::expect_error;
 
 TEST(ShapeInference, ConvChannelMismatchNamesTheOp) {
     Graph g;

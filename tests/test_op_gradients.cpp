@@ -113,12 +113,7 @@ std::vector<GradCase> cases() {
 
 class OpGradient : public ::testing::TestWithParam<GradCase> {};
 TEST_P(OpGradient, MatchesFiniteDifferences) { check_gradients(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cpu, OpGradient, ::testing::ValuesIn(cases()), [](const auto& info) {
-    std::string n = info.param.name;
-    for (char& ch : n)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Cpu, OpGradient, ::testing::ValuesIn(cases()), [](const auto& info) { return param_name(info.param.name); });
 
 }  // namespace
 }  // namespace joule::test
@@ -173,12 +168,7 @@ TEST_P(OpBf16, TracksF32WithinBf16Rounding) {
         EXPECT_LT(e, 3e-2) << (i == 0 ? "output" : "gradient " + std::to_string(i));
     }
 }
-INSTANTIATE_TEST_SUITE_P(Cpu, OpBf16, ::testing::ValuesIn(cases()), [](const auto& info) {
-    std::string n = info.param.name;
-    for (char& ch : n)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Cpu, OpBf16, ::testing::ValuesIn(cases()), [](const auto& info) { return param_name(info.param.name); });
 
 }  // namespace
 }  // namespace joule::test

@@ -3,6 +3,7 @@
 
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
+#include "test_util.hpp"
 #include "zoo/zoo.hpp"
 
 namespace joule {
@@ -29,12 +30,7 @@ TEST_P(ZooNet, ParamsAndMacsMatchPublishedFigures) {
     EXPECT_EQ(m.graph.tensor(m.loss).desc.numel(), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ZooNet, ::testing::ValuesIn(zoo::nets()), [](const auto& i) {
-    std::string n = i.param.name;
-    for (char& c : n)
-        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(All, ZooNet, ::testing::ValuesIn(zoo::nets()), [](const auto& i) { return test::param_name(i.param.name); });
 
 TEST(Zoo, KnownFigures) {
     // Independent of the table above: the headline numbers of the issue.

@@ -47,12 +47,11 @@ std::unique_ptr<Kernel> conv_forward(const KernelArgs& a, const ConvAttrs& at, d
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     memory x = reordered_input(*k, a.ctx, a.mem(md_of(s.x), a.in[0]), e->pd.src_desc());
     memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, dt::f32, false), a.in[1]), e->pd.weights_desc());
-    memory y_user = a.mem(md_of(s.y), a.out[0]);
-    memory y = output_memory(a.ctx, y_user, e->pd.dst_desc());
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}};
+    StagedOutputs outs;
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, outs.add(a, md_of(s.y), a.out[0], e->pd.dst_desc())}};
     if (at.bias) args[DNNL_ARG_BIAS] = a.mem(e->pd.bias_desc(), a.in[2]);
     k->add(e->prim, args);
-    add_output_reorder(*k, a.ctx, y, y_user);
+    outs.finish(*k);
     return k;
 }
 
@@ -70,10 +69,9 @@ std::unique_ptr<Kernel> conv_backward_data(const KernelArgs& a, const ConvAttrs&
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     memory dy = reordered_input(*k, a.ctx, a.mem(md_of(s.y), a.in[0]), e->pd.diff_dst_desc());
     memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, dt::f32, false), a.in[1]), e->pd.weights_desc());
-    memory dx_user = a.mem(md_of(s.x), a.out[0]);
-    memory dx = output_memory(a.ctx, dx_user, e->pd.diff_src_desc());
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, dx}});
-    add_output_reorder(*k, a.ctx, dx, dx_user);
+    StagedOutputs outs;
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, outs.add(a, md_of(s.x), a.out[0], e->pd.diff_src_desc())}});
+    outs.finish(*k);
     return k;
 }
 
@@ -94,12 +92,13 @@ std::unique_ptr<Kernel> conv_backward_weights(const KernelArgs& a, const ConvAtt
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     memory dy = reordered_input(*k, a.ctx, a.mem(md_of(s.y), a.in[0]), e->pd.diff_dst_desc());
     memory x = reordered_input(*k, a.ctx, a.mem(md_of(s.x), a.in[1]), e->pd.src_desc());
-    memory dw_user = a.mem(weights_md(s.w.shape, at.groups, dt::f32, false), a.out[0]);
-    memory dw = output_memory(a.ctx, dw_user, e->pd.diff_weights_desc());
-    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+    StagedOutputs outs;
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_SRC, x},
+        {DNNL_ARG_DIFF_WEIGHTS, outs.add(a, weights_md(s.w.shape, at.groups, dt::f32, false), a.out[0], e->pd.diff_weights_desc())}};
     if (at.bias) args[DNNL_ARG_DIFF_BIAS] = a.mem(e->pd.diff_bias_desc(), a.out[1]);
     k->add(e->prim, args);
-    add_output_reorder(*k, a.ctx, dw, dw_user);
+    outs.finish(*k);
     return k;
 }
 }  // namespace

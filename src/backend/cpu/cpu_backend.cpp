@@ -60,15 +60,6 @@ dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::me
     return m;
 }
 
-dnnl::memory output_memory(CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& have) {
-    if (user.get_desc() == have) return user;
-    return dnnl::memory(have, ctx.engine);
-}
-
-void add_output_reorder(PrimitiveKernel& k, CpuContext&, const dnnl::memory& have, const dnnl::memory& user) {
-    if (have.get() == user.get()) return;
-    k.add(dnnl::reorder(have, user), {{DNNL_ARG_FROM, have}, {DNNL_ARG_TO, user}});
-}
 
 dnnl::memory::desc with_type(const dnnl::memory::desc& md, dt type) {
     dnnl_memory_desc_t d = md.data;
@@ -81,16 +72,24 @@ dnnl::memory cast_input(PrimitiveKernel& k, const KernelArgs& a, const dnnl::mem
     return reordered_input(k, a.ctx, a.mem(user, p), with_type(user, type));
 }
 
-dnnl::memory CastOutputs::add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) {
+dnnl::memory StagedOutputs::add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, const dnnl::memory::desc& want) {
     dnnl::memory u = a.mem(user, p);
-    if (type == dt::f32) return u;
-    dnnl::memory c(with_type(user, type), a.ctx.engine);
-    pairs_.emplace_back(c, u);
-    return c;
+    if (want == user) return u;
+    dnnl::memory scratch(want, a.ctx.engine);
+    pairs_.emplace_back(scratch, u);
+    return scratch;
 }
 
-void CastOutputs::finish(PrimitiveKernel& k, CpuContext& ctx) {
-    for (auto& [c, u] : pairs_) add_output_reorder(k, ctx, c, u);
+void StagedOutputs::finish(PrimitiveKernel& k) {
+    for (auto& [scratch, u] : pairs_) k.add(dnnl::reorder(scratch, u), {{DNNL_ARG_FROM, scratch}, {DNNL_ARG_TO, u}});
+}
+
+std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primitive& prim, const dnnl::memory::desc& data, dt type) {
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    StagedOutputs outs;
+    k->add(prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
+    outs.finish(*k);
+    return k;
 }
 
 CpuBackend::CpuBackend(int threads) : ctx_(std::make_unique<CpuContext>()) {

@@ -36,19 +36,15 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
     auto fwd = a.ctx.cache.get<eltwise_forward>(key, [&] {
         return eltwise_forward::primitive_desc({prop_kind::forward_training, alg.alg, cdata, alg.alpha, alg.beta}, a.ctx.engine);
     });
+    if (forward) return src_to_dst_kernel(a, fwd->prim, data, type);
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    CastOutputs outs;
-    if (forward) {
-        k->add(fwd->prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
-        outs.finish(*k, a.ctx);
-        return k;
-    }
+    StagedOutputs outs;
     auto e = a.ctx.cache.get<eltwise_backward>(key, [&] {
         return eltwise_backward::primitive_desc({alg.alg, cdata, cdata, alg.alpha, alg.beta}, a.ctx.engine, fwd->pd);
     });
     k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_SRC, cast_input(*k, a, data, a.in[1], type)},
                      {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
-    outs.finish(*k, a.ctx);
+    outs.finish(*k);
     return k;
 }
 
@@ -60,10 +56,10 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
         return binary::primitive_desc({alg, with_type(s0, type), with_type(s1, type), with_type(d, type)}, a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    CastOutputs outs;
+    StagedOutputs outs;
     k->add(e->prim, {{DNNL_ARG_SRC_0, cast_input(*k, a, s0, a.in[0], type)}, {DNNL_ARG_SRC_1, cast_input(*k, a, s1, a.in[1], type)},
                      {DNNL_ARG_DST, outs.add(a, d, a.out[0], type)}});
-    outs.finish(*k, a.ctx);
+    outs.finish(*k);
     return k;
 }
 

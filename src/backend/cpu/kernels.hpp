@@ -55,25 +55,27 @@ protected:
 // memory filled by a reorder step added to `k` (before the compute step). Used for bf16 casts and for
 // weights in oneDNN's preferred blocked format.
 dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& want);
-// Memory in descriptor `have` whose contents a reorder step into `user` copies out, added by the caller
-// with add_output_reorder after the compute step.
-dnnl::memory output_memory(CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& have);
-void add_output_reorder(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& have, const dnnl::memory& user);
 
 // The same descriptor with another element type (plain strided descriptors only: strides are in elements).
 dnnl::memory::desc with_type(const dnnl::memory::desc& md, dt type);
 // `user` memory (f32 storage at p) as the compute type: itself for f32, else a bf16 scratch filled by a cast
 // step added to k before the compute step.
 dnnl::memory cast_input(PrimitiveKernel& k, const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
-// Outputs computed in another type and cast back to their f32 storage after the compute step.
-class CastOutputs {
+// Outputs a primitive writes in a descriptor other than their storage (bf16, or a blocked weight format):
+// the primitive writes a scratch memory, and finish() adds the reorder back into storage after it.
+class StagedOutputs {
 public:
-    dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
-    void finish(PrimitiveKernel& k, CpuContext& ctx);  // call after adding the compute step
+    // Memory for the primitive to write: storage itself when `want` matches `user`, else a scratch.
+    dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, const dnnl::memory::desc& want);
+    dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) { return add(a, user, p, with_type(user, type)); }
+    void finish(PrimitiveKernel& k);  // call after adding the compute step
 
 private:
-    std::vector<std::pair<dnnl::memory, dnnl::memory>> pairs_;  // (compute, user)
+    std::vector<std::pair<dnnl::memory, dnnl::memory>> pairs_;  // (scratch, storage)
 };
+
+// A one-input one-output primitive (eltwise, softmax forward) with casts to and from `type`.
+std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primitive& prim, const dnnl::memory::desc& data, dt type);
 
 // A kernel written as a plain loop (ops oneDNN has no primitive for).
 class FunctionKernel : public Kernel {

@@ -62,15 +62,14 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
                 return inner_product_backward_weights::primitive_desc({src, dw, memory::desc({w.shape[0]}, dt::f32, tag::a), ddst}, a.ctx.engine, fwd->pd);
             return inner_product_backward_weights::primitive_desc({src, dw, ddst}, a.ctx.engine, fwd->pd);
         });
-        memory dw_user = a.mem(w_plain, a.out[0]);
-        memory dw = output_memory(a.ctx, dw_user, e->pd.diff_weights_desc());
+        StagedOutputs outs;
         std::unordered_map<int, memory> args = {
             {DNNL_ARG_DIFF_DST, reordered_input(*k, a.ctx, a.mem(matrix_md(dy), a.in[0]), e->pd.diff_dst_desc())},
             {DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(matrix_md(x), a.in[1]), e->pd.src_desc())},
-            {DNNL_ARG_DIFF_WEIGHTS, dw}};
+            {DNNL_ARG_DIFF_WEIGHTS, outs.add(a, w_plain, a.out[0], e->pd.diff_weights_desc())}};
         if (bias) args[DNNL_ARG_DIFF_BIAS] = a.mem(e->pd.diff_bias_desc(), a.out[1]);
         k->add(e->prim, args);
-        add_output_reorder(*k, a.ctx, dw, dw_user);
+        outs.finish(*k);
     }
     return k;
 }

@@ -28,19 +28,15 @@ std::unique_ptr<Kernel> make_softmax(const KernelArgs& a) {
     auto fwd = a.ctx.cache.get<softmax_forward>(key, [&] {
         return softmax_forward::primitive_desc({prop_kind::forward_training, cdata, 1}, a.ctx.engine);
     });
+    if (forward) return src_to_dst_kernel(a, fwd->prim, data, type);
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    CastOutputs outs;
-    if (forward) {
-        k->add(fwd->prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
-        outs.finish(*k, a.ctx);
-        return k;
-    }
+    StagedOutputs outs;
     auto e = a.ctx.cache.get<softmax_backward>(key, [&] {
         return softmax_backward::primitive_desc({cdata, cdata, 1}, a.ctx.engine, fwd->pd);
     });
     k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, cast_input(*k, a, data, a.in[1], type)},
                      {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
-    outs.finish(*k, a.ctx);
+    outs.finish(*k);
     return k;
 }
 

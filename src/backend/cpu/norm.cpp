@@ -35,7 +35,7 @@ public:
         var_ = static_cast<float*>(a.out[2]);
         for (PrimitiveKernel* k : {&train_, &infer_}) {
             const bool training = k == &train_;
-            CastOutputs outs;
+            StagedOutputs outs;
             std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)},
                                                     {DNNL_ARG_SCALE, a.mem(c, a.in[1])},
                                                     {DNNL_ARG_SHIFT, a.mem(c, a.in[2])},
@@ -43,7 +43,7 @@ public:
                                                     {DNNL_ARG_MEAN, a.mem(c, training ? a.out[1] : a.in[3])},
                                                     {DNNL_ARG_VARIANCE, a.mem(c, training ? a.out[2] : a.in[4])}};
             k->add(training ? train->prim : infer->prim, args);
-            outs.finish(*k, a.ctx);
+            outs.finish(*k);
         }
     }
     void run(const RunContext& rc) override {
@@ -74,7 +74,7 @@ std::unique_ptr<Kernel> norm_backward(const KernelArgs& a, const memory::desc& d
                                       const typename Backward::desc& desc) {
     auto e = a.ctx.cache.get<Backward>(key, [&] { return typename Backward::primitive_desc(desc, a.ctx.engine, fwd->pd); });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    CastOutputs outs;
+    StagedOutputs outs;
     // oneDNN 2.6 wants the shift argument with use_shift even in backward, where it is not read.
     k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)},
                      {DNNL_ARG_SRC, cast_input(*k, a, data, a.in[1], type)},
@@ -85,7 +85,7 @@ std::unique_ptr<Kernel> norm_backward(const KernelArgs& a, const memory::desc& d
                      {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)},
                      {DNNL_ARG_DIFF_SCALE, a.mem(chan, a.out[1])},
                      {DNNL_ARG_DIFF_SHIFT, a.mem(chan, a.out[2])}});
-    outs.finish(*k, a.ctx);
+    outs.finish(*k);
     return k;
 }
 
@@ -117,11 +117,11 @@ std::unique_ptr<Kernel> layer_norm(const KernelArgs& a) {
         return norm_backward<layer_normalization_backward>(a, data, stat, chan, fwd, key, type,
                                                            {prop_kind::backward, cdata, cdata, stat, at.eps, kScaleShift});
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    CastOutputs outs;
+    StagedOutputs outs;
     k->add(fwd->prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_SCALE, a.mem(chan, a.in[1])},
                        {DNNL_ARG_SHIFT, a.mem(chan, a.in[2])}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)},
                        {DNNL_ARG_MEAN, a.mem(stat, a.out[1])}, {DNNL_ARG_VARIANCE, a.mem(stat, a.out[2])}});
-    outs.finish(*k, a.ctx);
+    outs.finish(*k);
     return k;
 }
 }  // namespace

@@ -43,7 +43,7 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
         return pooling_forward::primitive_desc({prop_kind::forward_training, g.alg, csrc, cdst, g.strides, g.kernel, g.pad_l, g.pad_r}, a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    CastOutputs outs;
+    StagedOutputs outs;
     const bool max = g.alg == algorithm::pooling_max;
     if (forward) {
         std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, cast_input(*k, a, src, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, dst, a.out[0], type)}};
@@ -53,7 +53,7 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
             args[DNNL_ARG_WORKSPACE] = ws;
         }
         k->add(fwd->prim, args);
-        outs.finish(*k, a.ctx);
+        outs.finish(*k);
         return k;
     }
     auto e = a.ctx.cache.get<pooling_backward>(key, [&] {
@@ -67,7 +67,7 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
         args[DNNL_ARG_WORKSPACE] = it->second;
     }
     k->add(e->prim, args);
-    outs.finish(*k, a.ctx);
+    outs.finish(*k);
     return k;
 }
 
