@@ -96,6 +96,7 @@ TEST(Cli, BadInputsFailClearly) {
     expect_failure("train --momentum 0.5", "--momentum applies to --optimizer sgd only");
     expect_failure("train --threads x", "--threads");
     expect_failure("train --dtype-scope some", "--dtype-scope");
+    expect_failure("train --net vgg16 --dataset synthetic --batch 4096 --steps 1", "MiB of tensor memory but this machine has");
     expect_failure("inspect", "net is required");
     expect_failure("inspect nope", "unknown network 'nope'");
     expect_failure("nets --frobnicate", "frobnicate");

@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 
+#include <unistd.h>
+
 #include "graph/error.hpp"
 
 namespace joule {
@@ -40,7 +42,6 @@ Executor::~Executor() = default;
 
 void Executor::allocate(const ExecutorOptions& opts) {
     const size_t nt = g_.num_tensors(), nn = g_.num_nodes();
-    ptr_.assign(nt, nullptr);
     std::vector<bool> owned(nt, false);
     for (size_t t = 0; t < nt; ++t) {
         const TensorRole r = g_.tensor(TensorId(t)).role;
@@ -53,16 +54,16 @@ void Executor::allocate(const ExecutorOptions& opts) {
         for (TensorId t : g_.node(NodeId(n)).inputs) last[size_t(t)] = int64_t(n);
         for (TensorId t : g_.node(NodeId(n)).outputs) last[size_t(t)] = std::max(last[size_t(t)], int64_t(n));
     }
+    // Plan: block sizes and each tensor's block, before allocating anything.
+    std::vector<size_t> block_bytes;
+    std::vector<int64_t> block_of(nt, -1);
     auto new_block = [&](size_t bytes) {
-        blocks_.push_back(std::make_unique<Block>(std::max<size_t>(bytes, 4)));
-        bytes_ += blocks_.back()->bytes;
-        return blocks_.back().get();
+        block_bytes.push_back(std::max<size_t>(bytes, 4));
+        return int64_t(block_bytes.size() - 1);
     };
     for (size_t t = 0; t < nt; ++t)
-        if (owned[t]) ptr_[t] = new_block(g_.tensor(TensorId(t)).desc.bytes())->p;
-
-    std::multimap<size_t, Block*> free_blocks;  // by size
-    std::vector<Block*> held(nt, nullptr);
+        if (owned[t]) block_of[t] = new_block(g_.tensor(TensorId(t)).desc.bytes());
+    std::multimap<size_t, int64_t> free_blocks;  // by size
     std::vector<std::vector<TensorId>> dies_after(nn);
     for (size_t t = 0; t < nt; ++t)
         if (!owned[t] && last[t] >= 0) dies_after[size_t(last[t])].push_back(TensorId(t));
@@ -71,21 +72,27 @@ void Executor::allocate(const ExecutorOptions& opts) {
             if (owned[size_t(t)]) continue;
             const size_t need = g_.tensor(t).desc.bytes();
             auto it = free_blocks.lower_bound(need);
-            Block* b = nullptr;
             if (it != free_blocks.end() && it->first <= 2 * need + 4096) {
-                b = it->second;
+                block_of[size_t(t)] = it->second;
                 free_blocks.erase(it);
             } else {
-                b = new_block(need);
+                block_of[size_t(t)] = new_block(need);
             }
-            held[size_t(t)] = b;
-            ptr_[size_t(t)] = b->p;
         }
-        for (TensorId t : dies_after[n])
-            if (held[size_t(t)]) free_blocks.emplace(held[size_t(t)]->bytes, held[size_t(t)]);
+        for (TensorId t : dies_after[n]) free_blocks.emplace(block_bytes[size_t(block_of[size_t(t)])], block_of[size_t(t)]);
     }
-    for (size_t t = 0; t < nt; ++t)
-        JOULE_ASSERT(ptr_[t] != nullptr, "tensor '" + g_.tensor(TensorId(t)).name + "' has no buffer");
+    for (size_t b : block_bytes) bytes_ += b;
+    const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (physical > 0 && double(bytes_) > 0.9 * physical)
+        throw Error("the graph needs " + std::to_string(bytes_ >> 20) + " MiB of tensor memory but this machine has " +
+                        std::to_string(int64_t(physical) >> 20) + " MiB",
+                    "use a smaller batch or input");
+    for (size_t b : block_bytes) blocks_.push_back(std::make_unique<Block>(b));
+    ptr_.assign(nt, nullptr);
+    for (size_t t = 0; t < nt; ++t) {
+        JOULE_ASSERT(block_of[t] >= 0, "tensor '" + g_.tensor(TensorId(t)).name + "' has no buffer");
+        ptr_[t] = blocks_[size_t(block_of[t])]->p;
+    }
 }
 
 size_t Executor::bytes_if_unshared() const {
@@ -130,7 +137,11 @@ void Executor::run(NodeId begin, NodeId end, const RunContext& ctx) {
     using clock = std::chrono::steady_clock;
     for (NodeId n = begin; n < end; ++n) {
         const auto t0 = clock::now();
-        kernels_[size_t(n)]->run(ctx);
+        try {
+            kernels_[size_t(n)]->run(ctx);
+        } catch (const InternalError& e) {
+            throw InternalError("node '" + g_.node(n).name + "': " + e.what());
+        }
         seconds_[size_t(n)] += std::chrono::duration<double>(clock::now() - t0).count();
         ++runs_[size_t(n)];
     }

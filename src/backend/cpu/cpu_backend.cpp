@@ -48,8 +48,12 @@ dt compute_type(DType compute) {
 std::string key_of(const TensorDesc& d) { return desc_str(d); }
 
 void PrimitiveKernel::run_steps() {
-    for (auto& s : steps_) s.prim.execute(ctx_.stream, s.args);
-    ctx_.stream.wait();
+    try {
+        for (auto& s : steps_) s.prim.execute(ctx_.stream, s.args);
+        ctx_.stream.wait();
+    } catch (const dnnl::error& e) {
+        throw InternalError(std::string("oneDNN failed to execute a prepared primitive: ") + e.what());
+    }
 }
 void PrimitiveKernel::run(const RunContext&) { run_steps(); }
 
