@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "report/table.hpp"
+#include "energy/meter.hpp"
 #include "runtime/trainer.hpp"
 
 namespace joule::cli {
@@ -24,6 +25,9 @@ struct TrainFlags {
     uint64_t seed = 1;
     bool json = false, quiet = false;
     std::string scope = "gemm";
+    bool energy = false;
+    std::string meter = "auto", device_spec;
+    double idle_seconds = 0.5, sample_ms = 10;
 };
 
 void print_progress(const TrainProgress& p, bool tty) {
@@ -67,6 +71,38 @@ void print_layers(const TrainResult& r, int64_t top) {
     t.print(std::cout);
     std::cout << "step total " << fixed(total * 1e3, 3) << " ms (measured)\n";
 }
+void print_energy(const TrainResult& r, int64_t top) {
+    const EnergyResult& e = *r.energy;
+    const std::string tag = energy::kind_name(e.kind);
+    const double steps = double(std::max<int64_t>(e.steps, 1));
+    std::vector<LayerTime> rows = r.layers;
+    auto joules = [](const LayerTime& l) { return l.forward_j + l.backward_j + l.update_j; };
+    std::sort(rows.begin(), rows.end(), [&](const LayerTime& a, const LayerTime& b) { return joules(a) > joules(b); });
+    const double total = e.total_joules / steps, idle = e.idle_joules / steps;
+    Table t({"layer", "op", "fwd mJ", "bwd mJ", "update mJ", "total mJ", "avg W above idle", "share"});
+    LayerTime rest{"(" + std::to_string(rows.size() > size_t(top) ? rows.size() - size_t(top) : 0) + " more)", ""};
+    auto add = [&](const LayerTime& l) {
+        const double j = joules(l), s = l.forward_s + l.backward_s + l.update_s;
+        t.add({l.name, l.kind, fixed(l.forward_j * 1e3, 3), fixed(l.backward_j * 1e3, 3), fixed(l.update_j * 1e3, 3), fixed(j * 1e3, 3),
+               s > 0 ? fixed(j / s, 2) : "-", fixed(100 * j / total, 1) + " %"});
+    };
+    for (size_t i = 0; i < rows.size(); ++i) {
+        if (int64_t(i) < top) {
+            add(rows[i]);
+        } else {
+            rest.forward_j += rows[i].forward_j, rest.backward_j += rows[i].backward_j, rest.update_j += rows[i].update_j;
+            rest.forward_s += rows[i].forward_s, rest.backward_s += rows[i].backward_s, rest.update_s += rows[i].update_s;
+        }
+    }
+    if (rows.size() > size_t(top)) add(rest);
+    t.add({"idle/static (" + e.meter.device + ")", "", "", "", "", fixed(idle * 1e3, 3), fixed(e.idle_w, 2) + " W idle", fixed(100 * idle / total, 1) + " %"});
+    std::cout << "\nper-layer energy per step (" << tag << (e.kind == energy::MeterKind::Measured ? " by " + e.meter.name : "") << "; mean of "
+              << e.steps << " steps; energy above idle per layer, idle/static separately):\n";
+    t.print(std::cout);
+    std::cout << "step energy " << fixed(total * 1e3, 3) << " mJ (" << tag << ") = ops " << fixed((total - idle) * 1e3, 3) << " mJ + idle/static "
+              << fixed(idle * 1e3, 3) << " mJ; average power " << fixed(e.total_joules / std::max(e.seconds, 1e-12), 2) << " W (" << tag << "); "
+              << fixed(total / double(r.batch) * 1e3, 3) << " mJ per image (" << tag << ")\n";
+}
 }  // namespace
 
 void add_train(CLI::App& app) {
@@ -87,6 +123,13 @@ void add_train(CLI::App& app) {
     cmd->add_option("--dtype-scope", f->scope, "gemm: --dtype on conv/linear/matmul (autocast's list); all: on every op the backend runs in it")
         ->capture_default_str()
         ->check(CLI::IsMember({"gemm", "all"}));
+    cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
+    cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
+    cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)");
+    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(CLI::Range(0.1, 10000.0));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
     cmd->add_flag("--quiet", f->quiet, "no progress bar");
     cmd->callback([f] {
@@ -104,7 +147,13 @@ void add_train(CLI::App& app) {
         o.seed = f->seed;
         o.dtype = parse_dtype(f->net.dtype);
         o.low_precision_everywhere = f->scope == "all";
-        if (f->net.optimizer == "sgd")
+        o.energy = f->energy;
+        o.meter = f->meter;
+        o.device_spec = f->device_spec;
+        o.energy_options.idle_seconds = f->idle_seconds;
+        o.energy_options.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
+        std::ostream* meter_out = f->json ? &std::cerr : &std::cout;
+        o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };        if (f->net.optimizer == "sgd")
             o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, f->weight_decay);
         else {
             if (f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
@@ -124,9 +173,20 @@ void add_train(CLI::App& app) {
             for (const EpochResult& e : r.epochs)
                 j["epochs"].push_back({{"loss", e.loss}, {"seconds", e.seconds}, {"images_per_second", e.images_per_s}, {"steps", e.steps}});
             if (r.test_accuracy >= 0) j["test_accuracy"] = r.test_accuracy, j["test_samples"] = r.test_samples;
-            for (const LayerTime& l : r.layers)
-                j["layers"].push_back({{"name", l.name}, {"op", l.kind}, {"forward_seconds", l.forward_s}, {"backward_seconds", l.backward_s},
-                                       {"update_seconds", l.update_s}, {"flops", l.flops}});
+            for (const LayerTime& l : r.layers) {
+                nlohmann::json row = {{"name", l.name}, {"op", l.kind}, {"forward_seconds", l.forward_s}, {"backward_seconds", l.backward_s},
+                                      {"update_seconds", l.update_s}, {"flops", l.flops}};
+                if (r.energy) row["joules"] = {{"forward", l.forward_j}, {"backward", l.backward_j}, {"update", l.update_j}};
+                j["layers"].push_back(row);
+            }
+            if (r.energy) {
+                const EnergyResult& e = *r.energy;
+                const double steps = double(std::max<int64_t>(e.steps, 1));
+                j["energy"] = {{"meter", e.meter.name}, {"kind", energy::kind_name(e.kind)}, {"source", e.meter.source},
+                               {"steps", e.steps}, {"idle_watts", e.idle_w}, {"samples", e.samples},
+                               {"per_step", {{"ops_joules", (e.total_joules - e.idle_joules) / steps}, {"idle_joules", e.idle_joules / steps},
+                                             {"total_joules", e.total_joules / steps}, {"seconds", e.seconds / steps}}}};
+            }
             std::cout << j.dump(2) << '\n';
             return;
         }
@@ -138,6 +198,7 @@ void add_train(CLI::App& app) {
         std::cout << "tensor memory " << bytes_str(double(r.buffer_bytes)) << " (" << bytes_str(double(r.unshared_bytes))
                   << " without buffer reuse)\n";
         print_layers(r, f->top);
+        if (r.energy) print_energy(r, f->top);
     });
 }
 

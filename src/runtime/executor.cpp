@@ -142,8 +142,11 @@ void Executor::run(NodeId begin, NodeId end, const RunContext& ctx) {
         } catch (const InternalError& e) {
             throw InternalError("node '" + g_.node(n).name + "': " + e.what());
         }
-        seconds_[size_t(n)] += std::chrono::duration<double>(clock::now() - t0).count();
+        const auto t1 = clock::now();
+        seconds_[size_t(n)] += std::chrono::duration<double>(t1 - t0).count();
         ++runs_[size_t(n)];
+        if (spans_)
+            spans_->push_back({n, std::chrono::duration<double>(t0.time_since_epoch()).count(), std::chrono::duration<double>(t1.time_since_epoch()).count()});
     }
 }
 

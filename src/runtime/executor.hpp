@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "energy/sampler.hpp"
 #include "graph/graph.hpp"
 
 namespace joule {
@@ -50,6 +51,8 @@ public:
     const std::vector<double>& node_seconds() const { return seconds_; }
     const std::vector<int64_t>& node_runs() const { return runs_; }
     void reset_timing();
+    // While set, every node run appends its span (steady-clock start and end) here.
+    void record_spans(std::vector<energy::NodeSpan>* sink) { spans_ = sink; }
     size_t bytes_allocated() const { return bytes_; }
     size_t bytes_if_unshared() const;  // what one buffer per tensor would need
 
@@ -65,6 +68,7 @@ private:
     std::vector<double> seconds_;
     std::vector<int64_t> runs_;
     size_t bytes_ = 0;
+    std::vector<energy::NodeSpan>* spans_ = nullptr;
 };
 
 }  // namespace joule

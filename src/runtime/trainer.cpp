@@ -7,12 +7,13 @@
 #include "data/dataset.hpp"
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
+#include "hw/device_spec.hpp"
 #include "runtime/executor.hpp"
 #include "zoo/zoo.hpp"
 
 namespace joule {
 
-std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps) {
+std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps, const EnergyResult* energy) {
     const Graph& g = ex.graph();
     std::vector<LayerTime> out;
     std::map<NodeId, size_t> row;
@@ -27,10 +28,11 @@ std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps) {
         }
         LayerTime& l = out[it->second];
         const double s = ex.node_seconds()[n] / div;
+        const double j = energy && energy->steps > 0 ? energy->node_joules[n] / double(energy->steps) : 0.0;
         switch (node.phase) {
-            case Phase::Forward: case Phase::Loss: l.forward_s += s; break;
-            case Phase::Backward: l.backward_s += s; break;
-            case Phase::Update: l.update_s += s; break;
+            case Phase::Forward: case Phase::Loss: l.forward_s += s, l.forward_j += j; break;
+            case Phase::Backward: l.backward_s += s, l.backward_j += j; break;
+            case Phase::Update: l.update_s += s, l.update_j += j; break;
         }
         l.flops += node_cost(g, NodeId(n)).flops;
     }
@@ -85,6 +87,27 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     r.buffer_bytes = ex.bytes_allocated();
     r.unshared_bytes = ex.bytes_if_unshared();
 
+    std::optional<hw::DeviceSpec> spec;
+    std::unique_ptr<energy::MeterChoice> meter;
+    std::unique_ptr<EnergyRecorder> recorder;
+    if (o.energy) {
+        std::string spec_error;
+        try {
+            spec = hw::find_cpu_spec(o.device_spec);
+        } catch (const Error& e) {
+            if (!o.device_spec.empty() || o.meter == "modelled") throw;
+            spec_error = e.what();
+        }
+        try {
+            meter = std::make_unique<energy::MeterChoice>(energy::choose_meter(o.meter, spec ? &*spec : nullptr, backend.threads()));
+        } catch (const Error& e) {
+            throw Error(std::string(e.what()) + (spec_error.empty() ? "" : "; " + spec_error));
+        }
+        if (o.on_meter) o.on_meter(meter->message);
+        recorder = std::make_unique<EnergyRecorder>(*meter, o.energy_options);
+        recorder->begin(ex);
+    }
+
     data::BatchIterator it(real_data ? split.train.size() : std::max<int64_t>(o.batch, o.steps * o.batch), o.batch, true, o.seed);
     data::SyntheticData synth(o.seed);
     int64_t steps_per_epoch = it.batches_per_epoch();
@@ -107,7 +130,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                 else synth.fill_normal(ex.f32(m.input), in_elems);
                 synth.fill_uniform_int(ex.i32(m.labels), o.batch, int32_t(classes));
             }
+            const bool record = recorder && total_steps >= o.warmup;
+            if (record) recorder->step_begin();
             ex.run_all({.training = true});
+            if (record) recorder->step_end();
             loss_sum += ex.f32(tg.loss)[0];
             ++er.steps;
             if (++total_steps == o.warmup) ex.reset_timing();
@@ -122,7 +148,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         r.epochs.push_back(er);
     }
     r.timed_steps = total_steps > o.warmup ? total_steps - o.warmup : total_steps;
-    r.layers = layer_times(ex, r.timed_steps);
+    if (recorder) r.energy = recorder->finish(tg.graph);
+    r.layers = layer_times(ex, r.timed_steps, r.energy ? &*r.energy : nullptr);
     double step = 0;
     for (double s : ex.node_seconds()) step += s;
     r.step_seconds = step / double(std::max<int64_t>(r.timed_steps, 1));

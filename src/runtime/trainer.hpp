@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "graph/autodiff.hpp"
 #include "graph/tensor_desc.hpp"
+#include "runtime/energy_recorder.hpp"
 
 namespace joule {
 
@@ -31,6 +34,12 @@ struct TrainOptions {
     bool low_precision_everywhere = false;  // false: dtype on conv/linear/matmul only (autocast's list);
                                             // true: on every node the backend can run in dtype
     uint64_t seed = 1;
+    // energy (joule train --energy)
+    bool energy = false;
+    std::string meter = "auto";   // auto | rapl | perf | nvml | modelled
+    std::string device_spec;      // data/hw spec name or path for the modelled meter ("" = match this CPU)
+    EnergyOptions energy_options;
+    std::function<void(const std::string&)> on_meter;  // told the meter line before training starts
 };
 
 struct TrainProgress {
@@ -43,6 +52,7 @@ struct LayerTime {
     std::string name, kind;  // forward layer and its op kind
     double forward_s = 0, backward_s = 0, update_s = 0;  // per step, measured (steady clock)
     double flops = 0;                                   // per step, all phases
+    double forward_j = 0, backward_j = 0, update_j = 0;  // per step, above idle (when energy was recorded)
 };
 
 struct EpochResult {
@@ -61,12 +71,14 @@ struct TrainResult {
     int64_t timed_steps = 0;
     std::vector<LayerTime> layers;
     size_t buffer_bytes = 0, unshared_bytes = 0;
+    std::optional<EnergyResult> energy;
 };
 
 TrainResult train(const TrainOptions& opts, const std::function<void(const TrainProgress&)>& on_progress = {});
 
 // Per-layer time table from an executor's node timings (divided by `steps`).
 class Executor;
-std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps);
+// With `energy`, each layer also gets its energy per step.
+std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps, const EnergyResult* energy = nullptr);
 
 }  // namespace joule
