@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     joule::cli::add_train(app);
     joule::cli::add_nets(app);
     joule::cli::add_inspect(app);
+    joule::cli::add_profile(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -43,10 +43,17 @@ EnergyResult EnergyRecorder::finish(const Graph& g) {
         if (spans.empty()) continue;
         const energy::Attribution a = choice_.meter ? energy::attribute_measured(spans, trace, idle_w_)
                                                     : energy::attribute_modelled(g, spans, *choice_.model);
+        std::vector<double> j(g.num_nodes(), 0.0), s(g.num_nodes(), 0.0);
         for (size_t i = 0; i < spans.size(); ++i) {
-            r.node_joules[size_t(spans[i].node)] += a.node_joules[i];
-            r.node_seconds[size_t(spans[i].node)] += a.node_seconds[i];
+            j[size_t(spans[i].node)] += a.node_joules[i];
+            s[size_t(spans[i].node)] += a.node_seconds[i];
         }
+        for (size_t n = 0; n < g.num_nodes(); ++n) r.node_joules[n] += j[n], r.node_seconds[n] += s[n];
+        r.step_node_joules.push_back(std::move(j));
+        r.step_node_seconds.push_back(std::move(s));
+        r.step_total_joules.push_back(a.total_joules);
+        r.step_idle_joules.push_back(a.idle_joules);
+        r.step_seconds.push_back(a.seconds);
         r.idle_joules += a.idle_joules;
         r.total_joules += a.total_joules;
         r.seconds += a.seconds;

@@ -34,6 +34,8 @@ struct EnergyResult {
     std::vector<double> node_joules;   // per node id, summed over steps (above idle)
     std::vector<double> node_seconds;  // per node id, summed over steps
     double idle_joules = 0, total_joules = 0, seconds = 0;  // over the steps
+    std::vector<std::vector<double>> step_node_joules, step_node_seconds;  // [step][node id]
+    std::vector<double> step_total_joules, step_idle_joules, step_seconds;  // [step]
     size_t samples = 0;
 };
 

@@ -98,8 +98,8 @@ std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primi
 
 CpuBackend::CpuBackend(int threads) : ctx_(std::make_unique<CpuContext>()) {
     if (threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(threads));
-    if (threads > 0) omp_set_num_threads(threads);
-    threads_ = threads > 0 ? threads : omp_get_max_threads();
+    threads_ = threads > 0 ? threads : omp_get_num_procs();
+    omp_set_num_threads(threads_);
 }
 
 Support CpuBackend::supports(const Graph& g, NodeId id) const {

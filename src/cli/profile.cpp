@@ -1,0 +1,167 @@
+// `joule profile`: sweeps (net x batch x dtype x threads) measuring time and energy per node into a
+// SQLite database, and reports derived metrics from it (--report, --csv, --json).
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "graph/error.hpp"
+#include "profile/report.hpp"
+#include "profile/sweep.hpp"
+#include "report/table.hpp"
+
+namespace joule::cli {
+
+namespace {
+
+struct ProfileFlags {
+    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv;
+    int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
+    double idle_seconds = 0.5, sample_ms = 10;
+    bool report = false, json = false, force = false;
+};
+
+std::string tagged(double v, int decimals, const std::string& kind) { return fixed(v, decimals) + (kind == "modelled" ? " (mod)" : ""); }
+
+void print_report(const std::vector<profile::ConfigMetrics>& ms) {
+    if (ms.empty()) {
+        std::cout << "no profile records\n";
+        return;
+    }
+    Table t({"net", "batch", "dtype", "thr", "steps", "step ms", "img/s", "GFLOP/s", "power W", "GFLOPS/W", "mJ/img", "meter"});
+    for (const auto& m : ms) {
+        const auto& c = m.config;
+        const std::string kind = c.key.meter_kind;
+        t.add({c.key.net, std::to_string(c.key.batch), c.key.dtype, std::to_string(c.key.threads), std::to_string(c.iters),
+               fixed(c.step_s * 1e3, 2) + " +- " + fixed(c.step_spread_s * 1e3, 2), fixed(m.images_per_s, 0), fixed(m.gflops_per_s, 1),
+               tagged(m.avg_power_w, 2, kind), tagged(m.gflops_per_w, 2, kind), tagged(m.joules_per_image * 1e3, 3, kind), kind});
+    }
+    std::cout << "per configuration (time measured by steady clock; energy figures marked (mod) are modelled, the others measured):\n";
+    t.print(std::cout);
+    std::vector<std::string> head = {"net", "batch", "dtype", "thr"};
+    for (const char* type : profile::kLayerTypes) head.push_back(std::string(type) + " time/energy %");
+    Table b(head);
+    for (const auto& m : ms) {
+        double ts = 0, js = 0;
+        for (const auto& [k, v] : m.by_type) ts += v.seconds, js += v.joules;
+        std::vector<std::string> row = {m.config.key.net, std::to_string(m.config.key.batch), m.config.key.dtype, std::to_string(m.config.key.threads)};
+        for (const char* type : profile::kLayerTypes) {
+            const auto& v = m.by_type.at(type);
+            row.push_back(fixed(ts > 0 ? 100 * v.seconds / ts : 0, 1) + " / " + fixed(js > 0 ? 100 * v.joules / js : 0, 1));
+        }
+        b.add(row);
+    }
+    std::cout << "\nper layer type: share of op time (measured) / share of op energy above idle (measured or modelled as the meter column says):\n";
+    b.print(std::cout);
+}
+
+void write_csv(const std::vector<profile::ConfigMetrics>& ms, std::ostream& os) {
+    os << "net,device,dtype,batch,threads,meter_kind,meter,iters,step_s,step_spread_s,images_per_s,gflops_per_s,avg_power_w,gflops_per_w,"
+          "joules_per_image,idle_w,idle_j,ops_j,total_j";
+    for (const char* t : profile::kLayerTypes) os << "," << t << "_s," << t << "_j";
+    os << "\n";
+    for (const auto& m : ms) {
+        const auto& c = m.config;
+        os << c.key.net << "," << c.key.device << "," << c.key.dtype << "," << c.key.batch << "," << c.key.threads << "," << c.key.meter_kind << ",\""
+           << c.meter << "\"," << c.iters << "," << c.step_s << "," << c.step_spread_s << "," << m.images_per_s << "," << m.gflops_per_s << ","
+           << m.avg_power_w << "," << m.gflops_per_w << "," << m.joules_per_image << "," << c.idle_w << "," << c.idle_j << "," << c.ops_j << ","
+           << c.total_j;
+        for (const char* t : profile::kLayerTypes) os << "," << m.by_type.at(t).seconds << "," << m.by_type.at(t).joules;
+        os << "\n";
+    }
+}
+
+nlohmann::json to_json(const std::vector<profile::ConfigMetrics>& ms, const profile::Store& db) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& m : ms) {
+        const auto& c = m.config;
+        nlohmann::json types, nodes = nlohmann::json::array();
+        for (const auto& [k, v] : m.by_type) types[k] = {{"seconds", v.seconds}, {"joules", v.joules}};
+        for (const auto& n : db.nodes(c.key))
+            nodes.push_back({{"node", n.node}, {"op", n.op}, {"category", n.category}, {"phase", n.phase}, {"shapes", n.shapes}, {"reps", n.reps},
+                             {"seconds", n.time_s}, {"seconds_spread", n.time_spread_s}, {"joules", n.energy_j}, {"joules_spread", n.energy_spread_j},
+                             {"watts_above_idle", n.power_w}, {"flops", n.flops}, {"bytes", n.bytes}});
+        out.push_back({{"net", c.key.net}, {"device", c.key.device}, {"dtype", c.key.dtype}, {"batch", c.key.batch}, {"threads", c.key.threads},
+                       {"energy", c.key.meter_kind}, {"timing", "measured"}, {"meter", c.meter}, {"iters", c.iters}, {"step_seconds", c.step_s},
+                       {"step_seconds_spread", c.step_spread_s}, {"images_per_second", m.images_per_s}, {"gflops_per_second", m.gflops_per_s},
+                       {"average_watts", m.avg_power_w}, {"gflops_per_watt", m.gflops_per_w}, {"joules_per_image", m.joules_per_image},
+                       {"idle_watts", c.idle_w}, {"idle_joules", c.idle_j}, {"ops_joules", c.ops_j}, {"total_joules", c.total_j},
+                       {"by_layer_type", types}, {"nodes", nodes}, {"updated", c.updated}, {"host", c.host}});
+    }
+    return out;
+}
+
+}  // namespace
+
+void add_profile(CLI::App& app) {
+    auto f = std::make_shared<ProfileFlags>();
+    auto* cmd = app.add_subcommand("profile", "sweep nets x batch x dtype x threads, storing time and energy per op in SQLite; report them");
+    cmd->add_option("--net", f->nets, "comma-separated zoo nets")->capture_default_str();
+    cmd->add_option("--batch", f->batches, "comma-separated batch sizes")->capture_default_str();
+    cmd->add_option("--dtype", f->dtypes, "comma-separated precisions: f32, bf16 (on conv/linear/matmul)")->capture_default_str();
+    cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores)")->capture_default_str();
+    cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--warmup", f->warmup, "unmeasured steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+    cmd->add_option("--image-size", f->image_size, "input size (0: each net's default)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seq-len", f->seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--db", f->db, "SQLite database")->capture_default_str();
+    cmd->add_option("--meter", f->meter, "auto, rapl, perf, nvml or modelled")->capture_default_str()->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
+    cmd->add_option("--device-spec", f->device_spec, "data/hw spec for the modelled meter (default: the one matching this CPU)");
+    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement per configuration (measured meters)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(CLI::Range(0.1, 10000.0));
+    cmd->add_flag("--force", f->force, "re-run configurations already in the database");
+    cmd->add_flag("--report", f->report, "only report what the database holds (no sweep)");
+    cmd->add_option("--csv", f->csv, "write the report as CSV to this file ('-': stdout)");
+    cmd->add_flag("--json", f->json, "report as JSON on stdout (with every node)");
+    cmd->callback([f, cmd] {
+        profile::Store db(f->db);
+        std::string filter;
+        if (!f->report) {
+            profile::SweepOptions o;
+            o.nets = profile::parse_list(f->nets, "--net");
+            o.batches = profile::parse_int_list(f->batches, "--batch");
+            o.dtypes.clear();
+            for (const std::string& d : profile::parse_list(f->dtypes, "--dtype")) {
+                const DType t = parse_dtype(d);
+                if (t == DType::F16) throw Error("--dtype f16: the cpu backend computes in f32 or bf16");
+                o.dtypes.push_back(t);
+            }
+            o.threads.clear();
+            for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) o.threads.push_back(int(t));
+            o.iters = f->iters, o.warmup = f->warmup, o.image_size = f->image_size, o.seq_len = f->seq_len;
+            o.meter = f->meter, o.device_spec = f->device_spec, o.force = f->force;
+            o.energy.idle_seconds = f->idle_seconds;
+            o.energy.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
+            std::ostream& log = f->json || f->csv == "-" ? std::cerr : std::cout;
+            std::string last_message;
+            profile::run_sweep(db, o, [&](const profile::SweepEvent& e) {
+                const std::string what = e.key.net + " batch " + std::to_string(e.key.batch) + " " + e.key.dtype + " " + std::to_string(e.key.threads) + " threads";
+                if (e.skipped) {
+                    log << what << ": already in " << f->db << " (skipped; --force re-runs it)\n";
+                    return;
+                }
+                if (e.meter_message != last_message) log << e.meter_message << '\n';
+                last_message = e.meter_message;
+                log << what << ": " << fixed(e.record->step_s * 1e3, 2) << " ms/step (measured), " << fixed(e.record->total_j * 1e3, 2) << " mJ/step ("
+                    << e.key.meter_kind << ")\n";
+            });
+            if (o.nets.size() == 1) filter = o.nets.front();
+        } else if (cmd->count("--net")) {
+            filter = f->nets;
+        }
+        const auto ms = profile::derive_all(db, filter);
+        if (!f->csv.empty()) {
+            if (f->csv == "-") {
+                write_csv(ms, std::cout);
+            } else {
+                std::ofstream out(f->csv);
+                if (!out) throw Error("--csv " + f->csv + ": cannot write the file");
+                write_csv(ms, out);
+            }
+        }
+        if (f->json) std::cout << to_json(ms, db).dump(2) << '\n';
+        else if (f->csv != "-") print_report(ms);
+    });
+}
+
+}  // namespace joule::cli

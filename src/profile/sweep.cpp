@@ -1,0 +1,189 @@
+#include "profile/sweep.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "data/dataset.hpp"
+#include "graph/autodiff.hpp"
+#include "graph/cost.hpp"
+#include "graph/error.hpp"
+#include "hw/device_spec.hpp"
+#include "runtime/executor.hpp"
+#include "zoo/zoo.hpp"
+
+namespace joule::profile {
+
+namespace {
+
+struct MeanSpread {
+    double mean = 0, spread = 0;
+};
+MeanSpread stats(const std::vector<double>& v) {
+    MeanSpread m;
+    if (v.empty()) return m;
+    for (double x : v) m.mean += x;
+    m.mean /= double(v.size());
+    if (v.size() > 1) {
+        for (double x : v) m.spread += (x - m.mean) * (x - m.mean);
+        m.spread = std::sqrt(m.spread / double(v.size() - 1));
+    }
+    return m;
+}
+
+std::string shapes_of(const Graph& g, const Node& n) {
+    std::string s;
+    for (TensorId t : n.inputs) s += (s.empty() ? "" : " ") + desc_str(g.tensor(t).desc);
+    s += " ->";
+    for (TensorId t : n.outputs) s += " " + desc_str(g.tensor(t).desc);
+    return s;
+}
+
+// The per-layer-type bucket of the characterisation study / CNNLab tables.
+std::string bucket(OpCategory c) {
+    switch (c) {
+        case OpCategory::Conv: return "conv";
+        case OpCategory::FullyConnected: return "fc";
+        case OpCategory::Norm: return "bn";
+        case OpCategory::Activation: return "activation";
+        case OpCategory::Pooling: return "pooling";
+        default: return "other";
+    }
+}
+
+}  // namespace
+
+std::vector<std::string> parse_list(const std::string& s, const std::string& flag) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+    if (out.empty()) throw Error(flag + " needs a comma-separated list, got '" + s + "'");
+    return out;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag, bool allow_zero) {
+    std::vector<int64_t> out;
+    for (const std::string& item : parse_list(s, flag)) {
+        size_t used = 0;
+        int64_t v = -1;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != item.size() || v < (allow_zero ? 0 : 1))
+            throw Error(flag + ": '" + item + "' is not a " + (allow_zero ? "non-negative" : "positive") + " integer (in '" + s + "')");
+        out.push_back(v);
+    }
+    return out;
+}
+
+int run_sweep(Store& store, const SweepOptions& o, const std::function<void(const SweepEvent&)>& on_event) {
+    if (o.iters < 1) throw Error("--iters must be >= 1, got " + std::to_string(o.iters));
+    std::optional<hw::DeviceSpec> spec;
+    std::string spec_error;
+    try {
+        spec = hw::find_cpu_spec(o.device_spec);
+    } catch (const Error& e) {
+        if (!o.device_spec.empty()) throw;
+        spec_error = e.what();
+    }
+    for (const std::string& net : o.nets) zoo::net_info(net);  // unknown names fail before any run
+    int ran = 0;
+    for (const std::string& net : o.nets)
+        for (int64_t batch : o.batches)
+            for (DType dtype : o.dtypes)
+                for (int threads_opt : o.threads) {
+                    cpu::CpuBackend backend(threads_opt);
+                    const int threads = backend.threads();
+                    energy::MeterChoice meter;
+                    try {
+                        meter = energy::choose_meter(o.meter, spec ? &*spec : nullptr, threads);
+                    } catch (const Error& e) {
+                        throw Error(std::string(e.what()) + (spec_error.empty() ? "" : "; " + spec_error));
+                    }
+                    ConfigKey key{net, "cpu", dtype_name(dtype), energy::kind_name(meter.info.kind), batch, threads};
+                    SweepEvent ev;
+                    ev.key = key;
+                    if (!o.force && store.has_config(key, o.iters)) {
+                        ev.skipped = true;
+                        if (on_event) on_event(ev);
+                        continue;
+                    }
+                    zoo::NetConfig cfg;
+                    cfg.batch = batch;
+                    cfg.image_size = o.image_size;
+                    cfg.seq_len = o.seq_len;
+                    zoo::Model m = zoo::build(net, cfg);
+                    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.01f, 0.9f));
+                    if (dtype != DType::F32) apply_compute_precision(tg.graph, dtype);
+                    const Graph& g = tg.graph;
+                    Executor ex(g, backend, {{m.logits, tg.loss}, 1});
+                    data::SyntheticData synth(1);
+                    const int64_t classes = g.tensor(m.logits).desc.shape[1];
+                    auto feed = [&] {
+                        if (g.tensor(m.input).desc.dtype == DType::I32) synth.fill_uniform_int(ex.i32(m.input), g.tensor(m.input).desc.numel(), int32_t(m.vocab));
+                        else synth.fill_normal(ex.f32(m.input), g.tensor(m.input).desc.numel());
+                        synth.fill_uniform_int(ex.i32(m.labels), batch, int32_t(classes));
+                    };
+                    for (int64_t i = 0; i < o.warmup; ++i) {
+                        feed();
+                        ex.run_all();
+                    }
+                    EnergyRecorder rec(meter, o.energy);
+                    rec.begin(ex);
+                    for (int64_t i = 0; i < o.iters; ++i) {
+                        feed();
+                        rec.step_begin();
+                        ex.run_all();
+                        rec.step_end();
+                    }
+                    const EnergyResult e = rec.finish(g);
+
+                    ConfigRecord c;
+                    c.key = key;
+                    c.meter = meter.info.name + " (" + meter.info.source + ")";
+                    c.iters = o.iters;
+                    const MeanSpread step = stats(e.step_seconds);
+                    c.step_s = step.mean, c.step_spread_s = step.spread;
+                    c.idle_w = e.idle_w;
+                    c.idle_j = stats(e.step_idle_joules).mean;
+                    c.total_j = stats(e.step_total_joules).mean;
+                    c.ops_j = c.total_j - c.idle_j;
+                    std::vector<NodeRecord> nodes;
+                    for (size_t n = 0; n < g.num_nodes(); ++n) {
+                        const Node& node = g.node(NodeId(n));
+                        const NodeCost cost = node_cost(g, NodeId(n));
+                        c.flops += cost.flops;
+                        c.bytes += cost.bytes_read + cost.bytes_written;
+                        std::vector<double> t, j;
+                        for (size_t s = 0; s < e.step_node_seconds.size(); ++s) {
+                            t.push_back(e.step_node_seconds[s][n]);
+                            j.push_back(e.step_node_joules[s][n]);
+                        }
+                        NodeRecord r;
+                        r.node = node.name;
+                        r.op = op_name(node.kind);
+                        r.category = bucket(op_info(node.kind).category);
+                        r.phase = phase_name(node.phase);
+                        r.shapes = shapes_of(g, node);
+                        r.reps = int64_t(t.size());
+                        const MeanSpread ts = stats(t), js = stats(j);
+                        r.time_s = ts.mean, r.time_spread_s = ts.spread, r.energy_j = js.mean, r.energy_spread_j = js.spread;
+                        r.power_w = r.time_s > 0 ? r.energy_j / r.time_s : 0;
+                        r.flops = cost.flops;
+                        r.bytes = cost.bytes_read + cost.bytes_written;
+                        nodes.push_back(r);
+                    }
+                    store.put(c, nodes);
+                    ++ran;
+                    ev.meter_message = meter.message;
+                    ev.record = &c;
+                    if (on_event) on_event(ev);
+                }
+    return ran;
+}
+
+}  // namespace joule::profile

@@ -1,0 +1,221 @@
+// profile/: the SQLite store (schema, migration from version 1, two processes writing at once, corrupt
+// and foreign files), incremental sweeps whose energies add up, derived metrics, list parsing.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "graph/error.hpp"
+#include "profile/report.hpp"
+#include "profile/store.hpp"
+#include "profile/sweep.hpp"
+#include "test_util.hpp"
+
+namespace joule::profile {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_db(const std::string& name) {
+    const fs::path d = fs::temp_directory_path() / ("joule_profile_" + std::to_string(getpid()));
+    fs::create_directories(d);
+    const fs::path p = d / name;
+    for (const char* ext : {"", "-wal", "-shm"}) fs::remove(p.string() + ext);
+    return p.string();
+}
+
+void sql(const std::string& path, const std::string& statements) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, statements.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+}
+
+std::string sql_value(const std::string& path, const std::string& query) {
+    sqlite3* db = nullptr;
+    sqlite3_open(path.c_str(), &db);
+    sqlite3_stmt* s = nullptr;
+    sqlite3_prepare_v2(db, query.c_str(), -1, &s, nullptr);
+    std::string v;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0)) v = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return v;
+}
+
+ConfigRecord record(const std::string& net, int64_t batch) {
+    ConfigRecord c;
+    c.key = {net, "cpu", "f32", "modelled", batch, 2};
+    c.meter = "modelled";
+    c.iters = 3;
+    c.step_s = 0.01, c.total_j = 0.2, c.idle_j = 0.12, c.ops_j = 0.08, c.flops = 1e9;
+    return c;
+}
+
+std::vector<NodeRecord> node_records(int n) {
+    std::vector<NodeRecord> v;
+    for (int i = 0; i < n; ++i) {
+        NodeRecord r;
+        r.node = "n" + std::to_string(i);
+        r.op = "Conv2d";
+        r.category = i % 2 ? "conv" : "fc";
+        r.reps = 3;
+        r.time_s = 0.001;
+        r.energy_j = 0.01;
+        v.push_back(r);
+    }
+    return v;
+}
+
+TEST(Store, NewDatabaseIsVersionedWalAndTagged) {
+    const std::string p = temp_db("new.db");
+    {
+        Store db(p);
+        EXPECT_EQ(db.schema_version(), kSchemaVersion);
+        db.put(record("lenet5", 8), node_records(4));
+        EXPECT_TRUE(db.has_config(record("lenet5", 8).key, 3));
+        EXPECT_FALSE(db.has_config(record("lenet5", 8).key, 4));
+        EXPECT_FALSE(db.has_config(record("lenet5", 16).key, 1));
+        ASSERT_EQ(db.configs().size(), 1u);
+        EXPECT_EQ(db.nodes(record("lenet5", 8).key).size(), 4u);
+        db.put(record("lenet5", 8), node_records(2));  // replaces
+        EXPECT_EQ(db.nodes(record("lenet5", 8).key).size(), 2u);
+    }
+    EXPECT_EQ(sql_value(p, "PRAGMA journal_mode"), "wal");
+    EXPECT_EQ(sql_value(p, "PRAGMA application_id"), std::to_string(0x4A4F554C));
+}
+
+TEST(Store, MigratesAVersion1Database) {
+    const std::string p = temp_db("v1.db");
+    // the schema as joule's first release wrote it
+    sql(p,
+        "CREATE TABLE configs (net TEXT NOT NULL, device TEXT NOT NULL, dtype TEXT NOT NULL, batch INTEGER NOT NULL,"
+        " threads INTEGER NOT NULL, meter_kind TEXT NOT NULL, meter TEXT NOT NULL, iters INTEGER NOT NULL,"
+        " step_s REAL, step_spread_s REAL, idle_w REAL, idle_j REAL, ops_j REAL, total_j REAL, flops REAL, bytes REAL,"
+        " updated TEXT, PRIMARY KEY (net, device, dtype, batch, threads, meter_kind));"
+        "CREATE TABLE nodes (net TEXT NOT NULL, device TEXT NOT NULL, dtype TEXT NOT NULL, batch INTEGER NOT NULL,"
+        " threads INTEGER NOT NULL, meter_kind TEXT NOT NULL, seq INTEGER NOT NULL, node TEXT NOT NULL, op TEXT, category TEXT,"
+        " phase TEXT, shapes TEXT, reps INTEGER, time_s REAL, time_spread_s REAL, energy_j REAL, power_w REAL, flops REAL, bytes REAL,"
+        " PRIMARY KEY (net, device, dtype, batch, threads, meter_kind, seq));"
+        "INSERT INTO configs VALUES ('resnet18','cpu','f32',32,2,'measured','rapl-powercap',5,0.05,0.001,20,1,0.5,1.5,1e10,1e9,'2026-01-01');"
+        "INSERT INTO nodes VALUES ('resnet18','cpu','f32',32,2,'measured',0,'conv1','Conv2d','conv','forward','',5,0.01,0,0.1,10,1e9,1e8);"
+        "PRAGMA user_version = 1; PRAGMA application_id = 1246713164;");
+    Store db(p);
+    EXPECT_EQ(db.schema_version(), 2);
+    const auto cs = db.configs();
+    ASSERT_EQ(cs.size(), 1u);
+    EXPECT_EQ(cs[0].key.net, "resnet18");
+    EXPECT_EQ(cs[0].host, "");
+    const auto ns = db.nodes(cs[0].key);
+    ASSERT_EQ(ns.size(), 1u);
+    EXPECT_EQ(ns[0].node, "conv1");
+    EXPECT_DOUBLE_EQ(ns[0].energy_spread_j, 0.0);
+    db.put(record("lenet5", 4), node_records(3));
+    EXPECT_EQ(db.configs().size(), 2u);
+}
+
+TEST(Store, TwoProcessesWritingAtOnce) {
+    const std::string p = temp_db("concurrent.db");
+    Store(p).put(record("warm", 1), node_records(1));  // created up front; both children open it
+    pid_t kids[2];
+    for (int k = 0; k < 2; ++k) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            try {
+                Store db(p);
+                for (int i = 0; i < 25; ++i) db.put(record("net" + std::to_string(k), i + 1), node_records(20));
+                _exit(0);
+            } catch (const std::exception& e) {
+                fprintf(stderr, "child %d: %s\n", k, e.what());
+                _exit(1);
+            }
+        }
+    }
+    for (pid_t pid : kids) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    Store db(p);
+    EXPECT_EQ(db.configs().size(), 51u);
+    for (const ConfigRecord& c : db.configs("net1")) EXPECT_EQ(db.nodes(c.key).size(), 20u);
+    EXPECT_EQ(sql_value(p, "PRAGMA integrity_check"), "ok");
+}
+
+TEST(Store, RefusesCorruptForeignAndNewerFiles) {
+    const std::string corrupt = temp_db("corrupt.db");
+    {
+        std::ofstream f(corrupt, std::ios::binary);
+        for (int i = 0; i < 4096; ++i) f.put(char((i * 7919) & 0xff));
+    }
+    test::expect_error([&] { Store s(corrupt); }, corrupt + " is not a joule profile database");
+    const std::string foreign = temp_db("foreign.db");
+    sql(foreign, "CREATE TABLE songs (title TEXT);");
+    test::expect_error([&] { Store s(foreign); }, "another program");
+    const std::string newer = temp_db("newer.db");
+    { Store s(newer); }
+    sql(newer, "PRAGMA user_version = 9;");
+    test::expect_error([&] { Store s(newer); }, "newer than this joule's 2");
+    test::expect_error([] { Store s("/nonexistent/dir/p.db"); }, "cannot open the profile database");
+}
+
+TEST(Sweep, IncrementalAndEnergiesAddUp) {
+    const std::string p = temp_db("sweep.db");
+    Store db(p);
+    SweepOptions o;
+    o.nets = {"lenet5"};
+    o.batches = {4};
+    o.threads = {1};
+    o.iters = 3;
+    o.warmup = 1;
+    o.meter = "modelled";
+    EXPECT_EQ(run_sweep(db, o), 1);
+    EXPECT_EQ(run_sweep(db, o), 0);  // already there
+    o.force = true;
+    int skipped = 0;
+    EXPECT_EQ(run_sweep(db, o, [&](const SweepEvent& e) { skipped += e.skipped; }), 1);
+    EXPECT_EQ(skipped, 0);
+    const auto cs = db.configs("lenet5");
+    ASSERT_EQ(cs.size(), 1u);
+    const ConfigRecord& c = cs[0];
+    EXPECT_EQ(c.key.meter_kind, "modelled");
+    EXPECT_EQ(c.key.threads, 1);
+    const auto ns = db.nodes(c.key);
+    EXPECT_GT(ns.size(), 30u);
+    double ops = 0;
+    for (const NodeRecord& n : ns) {
+        EXPECT_EQ(n.reps, 3);
+        EXPECT_GE(n.time_s, 0);
+        ops += n.energy_j;
+    }
+    EXPECT_NEAR(ops, c.ops_j, 1e-9 + 1e-6 * c.ops_j);
+    EXPECT_NEAR(c.ops_j + c.idle_j, c.total_j, 1e-12);
+    const ConfigMetrics m = derive(c, ns);
+    EXPECT_NEAR(m.images_per_s, 4 / c.step_s, 1e-6);
+    EXPECT_NEAR(m.gflops_per_w, c.flops / c.total_j / 1e9, 1e-9);
+    double type_j = 0;
+    for (const auto& [k, b] : m.by_type) type_j += b.joules;
+    EXPECT_NEAR(type_j, ops, 1e-9);
+    EXPECT_GT(m.by_type.at("conv").joules, 0);
+}
+
+TEST(Sweep, ParsesLists) {
+    EXPECT_EQ(parse_int_list("8,16,32", "--batch"), (std::vector<int64_t>{8, 16, 32}));
+    EXPECT_EQ(parse_int_list("0,2", "--threads", true), (std::vector<int64_t>{0, 2}));
+    test::expect_error([] { parse_int_list("8,x", "--batch"); }, "--batch: 'x' is not a positive integer");
+    test::expect_error([] { parse_int_list("0", "--batch"); }, "--batch: '0' is not a positive integer");
+    test::expect_error([] { parse_int_list(",", "--batch"); }, "--batch needs a comma-separated list");
+    SweepOptions o;
+    o.nets = {"lenet5", "nope"};
+    Store db(temp_db("bad.db"));
+    test::expect_error([&] { run_sweep(db, o); }, "unknown network 'nope'");
+}
+
+}  // namespace
+}  // namespace joule::profile
