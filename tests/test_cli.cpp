@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <array>
+#include <fstream>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -83,6 +86,59 @@ TEST(Cli, TrainRunsAndReports) {
     EXPECT_EQ(all["dtype"], "bf16");
 }
 
+std::string temp_path(const std::string& name) {
+    const std::string d = "/tmp/joule_cli_" + std::to_string(getpid());
+    std::system(("mkdir -p " + d).c_str());
+    std::remove((d + "/" + name).c_str());
+    return d + "/" + name;
+}
+
+TEST(Cli, TrainEnergyReportsPerLayerEnergy) {
+    const Result r = run("train --energy --steps 10 --threads 2 --idle-seconds 0.1");
+    EXPECT_EQ(r.code, 0) << r.out;
+    const bool rapl = access("/sys/class/powercap", F_OK) == 0;
+    if (!rapl) {
+        EXPECT_NE(r.out.find("meter: modelled"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("MODELLED"), std::string::npos);
+        EXPECT_NE(r.out.find("per-layer energy per step (modelled"), std::string::npos) << r.out;
+    }
+    EXPECT_NE(r.out.find("idle/static (cpu)"), std::string::npos) << r.out;
+    const auto j = run_json("train --energy --steps 10 --threads 2 --idle-seconds 0.1 --json");
+    const auto& e = j["energy"];
+    const double ops = e["per_step"]["ops_joules"], idle = e["per_step"]["idle_joules"], total = e["per_step"]["total_joules"];
+    EXPECT_NEAR(ops + idle, total, 1e-9);
+    double layers = 0;
+    for (const auto& l : j["layers"]) layers += l["joules"]["forward"].get<double>() + l["joules"]["backward"].get<double>() + l["joules"]["update"].get<double>();
+    EXPECT_NEAR(layers, ops, 1e-6 * total);
+    if (!rapl) {
+        EXPECT_EQ(e["kind"], "modelled");
+    }
+}
+
+TEST(Cli, ProfileSweepsStoresAndReports) {
+    const std::string db = temp_path("p.db"), csv = temp_path("p.csv");
+    Result r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("lenet5 batch 8 f32 1 threads"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GFLOPS/W"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(mod)"), std::string::npos) << r.out;
+    r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --meter modelled");
+    EXPECT_NE(r.out.find("already in"), std::string::npos) << r.out;
+    const auto j = run_json("profile --db " + db + " --report --json");
+    ASSERT_EQ(j.size(), 2u);
+    EXPECT_EQ(j[0]["energy"], "modelled");
+    EXPECT_EQ(j[0]["timing"], "measured");
+    EXPECT_FALSE(j[0]["nodes"].empty());
+    r = run("profile --db " + db + " --report --csv " + csv);
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream f(csv);
+    std::string header, row;
+    std::getline(f, header);
+    std::getline(f, row);
+    EXPECT_EQ(header.rfind("net,device,dtype,batch,threads,meter_kind", 0), 0u) << header;
+    EXPECT_EQ(row.rfind("lenet5,cpu,f32,4,1,modelled", 0), 0u) << row;
+}
+
 TEST(Cli, BadInputsFailClearly) {
     expect_failure("", "A subcommand is required");
     expect_failure("train --batch 0", "--batch");
@@ -100,6 +156,21 @@ TEST(Cli, BadInputsFailClearly) {
     expect_failure("inspect", "net is required");
     expect_failure("inspect nope", "unknown network 'nope'");
     expect_failure("nets --frobnicate", "frobnicate");
+    expect_failure("profile --db /tmp/joule_cli_bad.db --batch 8,x", "--batch: 'x' is not a positive integer");
+    expect_failure("profile --db /tmp/joule_cli_bad.db --dtype f16", "--dtype f16");
+    expect_failure("profile --db /nonexistent/dir/p.db", "cannot open the profile database");
+    expect_failure("profile --db /tmp/joule_cli_bad.db --meter watt", "--meter");
+    expect_failure("train --energy --device-spec /nonexistent/spec.yaml --meter modelled --steps 1", "/nonexistent/spec.yaml: cannot open device spec");
+    if (access("/sys/class/powercap", F_OK) != 0) {
+        expect_failure("train --energy --meter rapl --steps 1", "--meter rapl: /sys/class/powercap does not exist");
+    }
+    {
+        const std::string bad = temp_path("corrupt.db");
+        std::FILE* fp = std::fopen(bad.c_str(), "wb");
+        for (int i = 0; i < 2048; ++i) std::fputc(i * 31 % 251, fp);
+        std::fclose(fp);
+        expect_failure("profile --report --db " + bad, "is not a joule profile database");
+    }
 }
 
 }  // namespace
