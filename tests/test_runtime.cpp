@@ -2,6 +2,7 @@
 // Fashion-MNIST against the PyTorch 1.13 reference (bench/pytorch_lenet_reference.py).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 
@@ -9,6 +10,7 @@
 #include "data/dataset.hpp"
 #include "graph/error.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/energy_recorder.hpp"
 #include "runtime/trainer.hpp"
 #include "zoo/zoo.hpp"
 
@@ -140,6 +142,62 @@ TEST_P(Convergence, LeNet5OneEpochMatchesPyTorch) {
     }
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, Convergence, ::testing::Values(0, 1), [](const auto& i) { return i.param ? "SgdMomentum" : "Adam"; });
+
+}  // namespace
+}  // namespace joule
+
+namespace joule {
+namespace {
+
+// A measured meter drawing 5 W idle and 25 W while `busy` is set.
+class ScriptedMeter : public energy::PowerMeter {
+public:
+    const energy::MeterInfo& info() const override { return info_; }
+    double joules() override {
+        const double t = energy::now_seconds();
+        j_ += (busy ? 25.0 : 5.0) * (t - last_);
+        last_ = t;
+        return j_;
+    }
+    std::atomic<bool> busy{false};
+
+private:
+    energy::MeterInfo info_{"scripted", energy::MeterKind::Measured, "cpu", "test"};
+    double j_ = 0, last_ = energy::now_seconds();
+};
+
+TEST(EnergyRecorder, MeasuredStepsAddUpAndSeeThePower) {
+    zoo::NetConfig cfg;
+    cfg.batch = 16;
+    zoo::Model m = zoo::build("lenet5", cfg);
+    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.01f, 0.9f));
+    cpu::CpuBackend cpu(1);
+    Executor ex(tg.graph, cpu);
+    auto meter = std::make_unique<ScriptedMeter>();
+    ScriptedMeter* raw = meter.get();
+    energy::MeterChoice choice;
+    choice.meter = std::move(meter);
+    choice.info = choice.meter->info();
+    EnergyRecorder rec(choice, {0.05, std::chrono::milliseconds(1)});
+    rec.begin(ex);
+    raw->busy = true;
+    for (int s = 0; s < 5; ++s) {
+        rec.step_begin();
+        ex.run_all();
+        rec.step_end();
+    }
+    raw->busy = false;
+    const EnergyResult r = rec.finish(tg.graph);
+    EXPECT_EQ(r.steps, 5);
+    EXPECT_NEAR(r.idle_w, 5.0, 0.5);
+    double ops = 0;
+    for (double j : r.node_joules) ops += j;
+    EXPECT_NEAR(ops + r.idle_joules, r.total_joules, 1e-9);
+    // 25 W busy: ~20 W above idle over the steps (interpolation smooths the edges)
+    EXPECT_NEAR(r.total_joules / r.seconds, 25.0, 3.0);
+    EXPECT_NEAR(ops / r.seconds, 20.0, 3.0);
+    EXPECT_GT(r.samples, 5u);
+}
 
 }  // namespace
 }  // namespace joule
