@@ -10,6 +10,7 @@ void add_train(CLI::App& app);
 void add_nets(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_profile(CLI::App& app);
+void add_analyze(CLI::App& app);
 
 // Options shared by commands that build a net.
 struct NetOptions {

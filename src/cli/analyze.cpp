@@ -1,0 +1,197 @@
+// `joule analyze`: the analytical memory-subsystem model of one training iteration, for a given
+// on-chip capacity, off-chip bandwidth and peak compute (or a data/hw device), with sweeps, a
+// per-layer-type roofline and traffic shares. Every figure is modelled.
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "graph/autodiff.hpp"
+#include "graph/error.hpp"
+#include "hw/device_spec.hpp"
+#include "predict/memory_model.hpp"
+#include "predict/units.hpp"
+#include "report/table.hpp"
+#include "zoo/zoo.hpp"
+
+namespace joule::cli {
+
+namespace {
+
+struct AnalyzeFlags {
+    NetOptions net;
+    std::string capacity, bandwidth, peak, peak_bf16, device, csv;
+    std::vector<std::string> sweeps;
+    bool json = false, layers = false;
+};
+
+struct TypeTotals {
+    double flops = 0, read = 0, write = 0, time = 0;
+};
+
+std::map<std::string, TypeTotals> by_type(const Graph& g, const predict::IterationPrediction& p) {
+    std::map<std::string, TypeTotals> m;
+    for (const auto& n : p.nodes) {
+        TypeTotals& t = m[category_name(op_info(g.node(n.node).kind).category)];
+        t.flops += n.flops, t.read += n.read_bytes, t.write += n.write_bytes, t.time += n.time_s;
+    }
+    return m;
+}
+
+void print_single(const Graph& g, const predict::IterationPrediction& p, const predict::MemoryConfig& c, bool layers) {
+    std::cout << "per iteration (modelled): off-chip read " << bytes_str(p.read_bytes) << ", written " << bytes_str(p.write_bytes) << "; time "
+              << fixed(p.time_s * 1e3, 3) << " ms (compute alone " << fixed(p.compute_s * 1e3, 3) << " ms, utilisation " << fixed(100 * p.utilisation, 1)
+              << " %); bandwidth demand average " << fixed(p.avg_bandwidth_bytes_per_s / 1e9, 1) << " GB/s, peak "
+              << fixed(p.peak_bandwidth_bytes_per_s / 1e9, 1) << " GB/s; peak buffer occupancy " << bytes_str(p.peak_occupancy_bytes) << " of "
+              << bytes_str(c.capacity_bytes) << "\n\n";
+    Table t({"layer type", "GFLOP", "traffic", "traffic share", "time share", "FLOP/B", "roofline GFLOP/s", "bound"});
+    const double traffic = p.read_bytes + p.write_bytes;
+    for (const auto& [name, v] : by_type(g, p)) {
+        const double bytes = v.read + v.write, ai = bytes > 0 ? v.flops / bytes : 0;
+        const double roof = bytes > 0 ? std::min(c.peak_f32_flops, ai * c.bandwidth_bytes_per_s) : c.peak_f32_flops;
+        t.add({name, fixed(v.flops / 1e9, 3), bytes_str(bytes), fixed(traffic > 0 ? 100 * bytes / traffic : 0, 1) + " %",
+               fixed(p.time_s > 0 ? 100 * v.time / p.time_s : 0, 1) + " %", bytes > 0 ? fixed(ai, 2) : "inf", fixed(roof / 1e9, 1),
+               ai * c.bandwidth_bytes_per_s >= c.peak_f32_flops ? "compute" : "memory"});
+    }
+    std::cout << "per layer type (modelled; roofline at the f32 peak):\n";
+    t.print(std::cout);
+    if (!layers) return;
+    Table n({"#", "node", "op", "phase", "read", "written", "time us", "util", "tiling", "occupancy"});
+    for (const auto& x : p.nodes) {
+        const Node& node = g.node(x.node);
+        n.add({std::to_string(x.node), node.name, op_name(node.kind), phase_name(node.phase), bytes_str(x.read_bytes), bytes_str(x.write_bytes),
+               fixed(x.time_s * 1e6, 2), fixed(100 * x.utilisation, 0) + " %", x.tiling, bytes_str(x.occupancy_bytes)});
+    }
+    std::cout << "\nper node (modelled):\n";
+    n.print(std::cout);
+}
+
+nlohmann::json to_json(const Graph& g, const predict::IterationPrediction& p, const predict::MemoryConfig& c, bool layers) {
+    nlohmann::json types;
+    for (const auto& [name, v] : by_type(g, p)) types[name] = {{"flops", v.flops}, {"read_bytes", v.read}, {"write_bytes", v.write}, {"seconds", v.time}};
+    nlohmann::json j = {{"kind", "modelled"}, {"capacity_bytes", c.capacity_bytes}, {"bandwidth_bytes_per_second", c.bandwidth_bytes_per_s},
+                        {"peak_f32_flops", c.peak_f32_flops}, {"peak_bf16_flops", c.peak(DType::BF16)}, {"read_bytes", p.read_bytes},
+                        {"write_bytes", p.write_bytes}, {"flops", p.flops}, {"seconds", p.time_s}, {"compute_seconds", p.compute_s},
+                        {"utilisation", p.utilisation}, {"average_bandwidth_bytes_per_second", p.avg_bandwidth_bytes_per_s},
+                        {"peak_bandwidth_bytes_per_second", p.peak_bandwidth_bytes_per_s}, {"peak_occupancy_bytes", p.peak_occupancy_bytes},
+                        {"by_layer_type", types}};
+    if (layers)
+        for (const auto& x : p.nodes)
+            j["nodes"].push_back({{"id", x.node}, {"name", g.node(x.node).name}, {"op", op_name(g.node(x.node).kind)}, {"read_bytes", x.read_bytes},
+                                  {"write_bytes", x.write_bytes}, {"seconds", x.time_s}, {"utilisation", x.utilisation}, {"tiling", x.tiling},
+                                  {"occupancy_bytes", x.occupancy_bytes}});
+    return j;
+}
+
+}  // namespace
+
+void add_analyze(CLI::App& app) {
+    auto f = std::make_shared<AnalyzeFlags>();
+    f->net.net = "resnet50";
+    f->net.batch = 32;
+    f->net.optimizer = "sgd";
+    auto* cmd = app.add_subcommand("analyze", "model a training iteration's off-chip traffic, time and bandwidth for a buffer capacity and bandwidth");
+    add_net_options(*cmd, f->net, false);
+    cmd->add_option("--device", f->device, "a data/hw spec (name or path) giving capacity, bandwidth and peaks");
+    cmd->add_option("--capacity", f->capacity, "on-chip buffer capacity, e.g. 32MiB");
+    cmd->add_option("--bandwidth", f->bandwidth, "off-chip bandwidth, e.g. 900GB/s");
+    cmd->add_option("--peak", f->peak, "peak f32 compute, e.g. 15.7TFLOPS");
+    cmd->add_option("--peak-bf16", f->peak_bf16, "peak bf16 compute (default: the f32 peak)");
+    cmd->add_option("--sweep", f->sweeps, "capacity=1MiB..256MiB or bandwidth=100GB/s..1600GB/s (x2 steps) or a,b,c lists");
+    cmd->add_flag("--layers", f->layers, "per-node table (or nodes in --json)");
+    cmd->add_option("--csv", f->csv, "sweep / totals as CSV to this file ('-': stdout)");
+    cmd->add_flag("--json", f->json, "machine-readable output");
+    cmd->callback([f] {
+        predict::MemoryConfig cfg;
+        bool have_capacity = false, have_bandwidth = false, have_peak = false;
+        if (!f->device.empty()) {
+            const hw::DeviceSpec d = f->device.find('/') != std::string::npos || f->device.ends_with(".yaml")
+                                         ? hw::load_device_spec(f->device)
+                                         : hw::load_device_spec(hw::spec_dir() + "/" + f->device + ".yaml");
+            if (d.onchip_kib <= 0 || d.mem_bandwidth_gbps <= 0 || d.peak_f32_gflops <= 0)
+                throw Error(d.path + ": --device needs onchip_kib, mem_bandwidth_gbps and peak_f32_gflops");
+            cfg.capacity_bytes = d.onchip_kib * 1024, cfg.bandwidth_bytes_per_s = d.mem_bandwidth_gbps * 1e9, cfg.peak_f32_flops = d.peak_f32_gflops * 1e9;
+            cfg.peak_bf16_flops = d.peak_bf16_gflops * 1e9;
+            have_capacity = have_bandwidth = have_peak = true;
+        }
+        if (!f->capacity.empty()) cfg.capacity_bytes = predict::parse_bytes(f->capacity, "--capacity"), have_capacity = true;
+        if (!f->bandwidth.empty()) cfg.bandwidth_bytes_per_s = predict::parse_bandwidth(f->bandwidth, "--bandwidth"), have_bandwidth = true;
+        if (!f->peak.empty()) cfg.peak_f32_flops = predict::parse_flops(f->peak, "--peak"), have_peak = true;
+        if (!f->peak_bf16.empty()) cfg.peak_bf16_flops = predict::parse_flops(f->peak_bf16, "--peak-bf16");
+        std::vector<double> capacities = {cfg.capacity_bytes}, bandwidths = {cfg.bandwidth_bytes_per_s};
+        bool swept = false;
+        for (const std::string& s : f->sweeps) {
+            const auto eq = s.find('=');
+            const std::string key = s.substr(0, eq), range = eq == std::string::npos ? "" : s.substr(eq + 1);
+            if (key == "capacity") capacities = predict::parse_sweep(range, predict::parse_bytes, "--sweep capacity"), have_capacity = swept = true;
+            else if (key == "bandwidth") bandwidths = predict::parse_sweep(range, predict::parse_bandwidth, "--sweep bandwidth"), have_bandwidth = swept = true;
+            else throw Error("--sweep '" + s + "': expected capacity=RANGE or bandwidth=RANGE");
+        }
+        if (!have_capacity || !have_bandwidth || !have_peak)
+            throw Error("joule analyze needs the hardware", "pass --device NAME, or --capacity, --bandwidth and --peak (e.g. --capacity 6MiB --bandwidth 900GB/s --peak 15.7TFLOPS)");
+        zoo::NetConfig nc;
+        nc.batch = f->net.batch, nc.image_size = f->net.image_size, nc.seq_len = f->net.seq_len;
+        zoo::Model m = zoo::build(f->net.net, nc);
+        const OptimizerConfig opt = f->net.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
+        TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, opt);
+        apply_compute_precision(tg.graph, parse_dtype(f->net.dtype));
+        const Graph& g = tg.graph;
+        if (!f->json && f->csv != "-")
+            std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", " << f->net.dtype << " GEMMs, "
+                      << g.num_nodes() << " nodes): all figures modelled\n";
+        nlohmann::json out = nlohmann::json::array();
+        Table sweep({"capacity", "bandwidth", "read", "written", "time ms", "util", "avg GB/s", "conv", "fc", "norm", "activation", "pooling", "other"});
+        std::ostringstream csv;
+        csv << "capacity_bytes,bandwidth_bytes_per_s,read_bytes,write_bytes,seconds,utilisation,avg_bandwidth,peak_bandwidth,peak_occupancy";
+        for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "other"}) csv << "," << t << "_bytes";
+        csv << "\n";
+        for (double cap : capacities)
+            for (double bw : bandwidths) {
+                predict::MemoryConfig c = cfg;
+                c.capacity_bytes = cap, c.bandwidth_bytes_per_s = bw;
+                const predict::IterationPrediction p = predict::predict_iteration(g, c);
+                const auto types = by_type(g, p);
+                const double traffic = p.read_bytes + p.write_bytes;
+                auto share = [&](const char* t) {
+                    auto it = types.find(t);
+                    return it == types.end() || traffic <= 0 ? std::string("0.0 %") : fixed(100 * (it->second.read + it->second.write) / traffic, 1) + " %";
+                };
+                double other = 0;
+                for (const char* t : {"loss", "update", "other"}) {
+                    auto it = types.find(t);
+                    if (it != types.end()) other += it->second.read + it->second.write;
+                }
+                sweep.add({bytes_str(cap), fixed(bw / 1e9, 0) + " GB/s", bytes_str(p.read_bytes), bytes_str(p.write_bytes), fixed(p.time_s * 1e3, 3),
+                           fixed(100 * p.utilisation, 1) + " %", fixed(p.avg_bandwidth_bytes_per_s / 1e9, 1), share("conv"), share("fc"), share("norm"),
+                           share("activation"), share("pooling"), fixed(traffic > 0 ? 100 * other / traffic : 0, 1) + " %"});
+                csv << cap << "," << bw << "," << p.read_bytes << "," << p.write_bytes << "," << p.time_s << "," << p.utilisation << ","
+                    << p.avg_bandwidth_bytes_per_s << "," << p.peak_bandwidth_bytes_per_s << "," << p.peak_occupancy_bytes;
+                for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "other"}) {
+                    auto it = types.find(t);
+                    csv << "," << (it == types.end() ? 0.0 : it->second.read + it->second.write);
+                }
+                csv << "\n";
+                if (f->json) out.push_back(to_json(g, p, c, f->layers));
+                else if (!swept && f->csv != "-") print_single(g, p, c, f->layers);
+            }
+        if (!f->csv.empty()) {
+            if (f->csv == "-") {
+                std::cout << csv.str();
+            } else {
+                std::ofstream file(f->csv);
+                if (!file) throw Error("--csv " + f->csv + ": cannot write the file");
+                file << csv.str();
+            }
+        }
+        if (f->json) {
+            std::cout << nlohmann::json{{"net", f->net.net}, {"batch", f->net.batch}, {"dtype", f->net.dtype}, {"results", out}}.dump(2) << '\n';
+        } else if (swept && f->csv != "-") {
+            std::cout << "sweep (modelled; traffic share per layer type):\n";
+            sweep.print(std::cout);
+        }
+    });
+}
+
+}  // namespace joule::cli

@@ -1,0 +1,275 @@
+#include "predict/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "graph/error.hpp"
+
+namespace joule::predict {
+
+namespace {
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+double tensor_bytes(const Graph& g, TensorId t) { return double(g.tensor(t).desc.bytes()); }
+
+// Candidate tile sizes along a dimension: powers of two below d, and d itself.
+std::vector<double> candidates(double d) {
+    std::vector<double> c;
+    for (double v = 1; v < d; v *= 2) c.push_back(v);
+    c.push_back(d);
+    return c;
+}
+
+bool persistent(TensorRole r) {
+    return r == TensorRole::Parameter || r == TensorRole::State || r == TensorRole::Constant || r == TensorRole::Input || r == TensorRole::Label;
+}
+
+}  // namespace
+
+double MemoryConfig::peak(DType t) const { return t == DType::F32 || peak_bf16_flops <= 0 ? peak_f32_flops : peak_bf16_flops; }
+
+bool gemm_shape(const Graph& g, NodeId id, GemmShape* out) {
+    const Node& n = g.node(id);
+    GemmShape s;
+    auto dims = [&](TensorId t) -> const Shape& { return g.tensor(t).desc.shape; };
+    switch (n.kind) {
+        case OpKind::Conv2d: case OpKind::ConvBackwardData: case OpKind::ConvBackwardWeights: {
+            const auto& a = attrs_as<ConvAttrs>(n);
+            // X [N, C, H, W], W [OC, C/g, KH, KW], Y [N, OC, OH, OW]
+            const TensorId x = n.kind == OpKind::Conv2d ? n.inputs[0] : n.kind == OpKind::ConvBackwardData ? n.outputs[0] : n.inputs[1];
+            const TensorId w = n.kind == OpKind::ConvBackwardWeights ? n.outputs[0] : n.inputs[1];
+            const TensorId y = n.kind == OpKind::Conv2d ? n.outputs[0] : n.inputs[0];
+            const Shape &xs = dims(x), &ws = dims(w), &ys = dims(y);
+            const double groups = double(a.groups), rows_y = double(ys[0] * ys[2] * ys[3]), rows_x = double(xs[0] * xs[2] * xs[3]);
+            const double oc = double(ws[0]) / groups, kk = double(ws[1] * ws[2] * ws[3]);
+            s.count = groups;
+            if (n.kind == OpKind::Conv2d) s = {rows_y, oc, kk, groups, x, w, y};
+            else if (n.kind == OpKind::ConvBackwardData) s = {rows_x, double(ws[1]), oc * double(ws[2] * ws[3]), groups, y, w, x};
+            else s = {oc, kk, rows_y, groups, y, x, w};
+            break;
+        }
+        case OpKind::Linear: case OpKind::LinearBackwardData: case OpKind::LinearBackwardWeights: {
+            const TensorId x = n.kind == OpKind::Linear ? n.inputs[0] : n.kind == OpKind::LinearBackwardData ? n.outputs[0] : n.inputs[1];
+            const TensorId w = n.kind == OpKind::LinearBackwardWeights ? n.outputs[0] : n.inputs[1];
+            const TensorId y = n.kind == OpKind::Linear ? n.outputs[0] : n.inputs[0];
+            const double rows = double(g.tensor(x).desc.numel() / dims(x).back()), in = double(dims(w)[1]), outf = double(dims(w)[0]);
+            if (n.kind == OpKind::Linear) s = {rows, outf, in, 1, x, w, y};
+            else if (n.kind == OpKind::LinearBackwardData) s = {rows, in, outf, 1, y, w, x};
+            else s = {outf, in, rows, 1, y, x, w};
+            break;
+        }
+        case OpKind::MatMul: {
+            const auto& a = attrs_as<MatMulAttrs>(n);
+            const Shape& as = dims(n.inputs[0]);
+            const Shape& cs = dims(n.outputs[0]);
+            const size_t r = as.size();
+            const double k = double(a.trans_a ? as[r - 2] : as[r - 1]);
+            const double m = double(cs[r - 2]), nn = double(cs[r - 1]);
+            s = {m, nn, k, double(g.tensor(n.outputs[0]).desc.numel()) / (m * nn), n.inputs[0], n.inputs[1], n.outputs[0]};
+            break;
+        }
+        default: return false;
+    }
+    s.a_bytes = tensor_bytes(g, s.a);
+    s.b_bytes = tensor_bytes(g, s.b);
+    s.c_bytes = tensor_bytes(g, s.c);
+    *out = s;
+    return true;
+}
+
+Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept, double e) {
+    const double kmin = std::min(s.k, 16.0);
+    const double A = a_resident ? 0 : s.a_bytes, B = b_resident ? 0 : s.b_bytes, C = c_kept ? 0 : s.c_bytes;
+    Tiling best;
+    double best_traffic = std::numeric_limits<double>::infinity();
+    const double limit = std::max(space, 0.0) / e;  // elements
+    auto consider = [&](double tm, double tn, double footprint, double traffic) {
+        if (footprint > limit) return;
+        if (traffic < best_traffic - 1e-9 || (std::fabs(traffic - best_traffic) <= 1e-9 && tm * tn > best.tm * best.tn)) {
+            best_traffic = traffic;
+            best = {tm, tn, kmin, traffic - C, C};
+        }
+    };
+    const std::vector<double> ms = candidates(s.m), ns = candidates(s.n);
+    for (double tm : ms)
+        for (double tn : ns) {
+            const double passes_a = std::ceil(s.n / tn), passes_b = std::ceil(s.m / tm);
+            const double fa = a_resident ? 0 : tm * kmin, fb = b_resident ? 0 : kmin * tn, fc = tm * tn;
+            // output-stationary: C tile on chip over the whole k loop
+            consider(tm, tn, fa + fb + fc, A * passes_a + B * passes_b + C);
+            // A-stationary: an A strip (tm x k) stays while all of B streams past it
+            consider(tm, tn, (a_resident ? 0 : tm * s.k) + fb + fc, A + B * passes_b + C);
+            // B-stationary
+            consider(tm, tn, fa + (b_resident ? 0 : s.k * tn) + fc, A * passes_a + B + C);
+        }
+    if (!std::isfinite(best_traffic)) {  // nothing fits: the smallest tiles, every operand re-read per tile
+        best = {1, 1, 1, A * s.n + B * s.m, C};
+    }
+    return best;
+}
+
+IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
+    if (cfg.capacity_bytes < 0) throw Error("on-chip capacity must not be negative");
+    if (cfg.bandwidth_bytes_per_s <= 0) throw Error("off-chip bandwidth must be positive");
+    if (cfg.peak_f32_flops <= 0) throw Error("peak compute must be positive");
+    const size_t nn = g.num_nodes(), nt = g.num_tensors();
+    const double C = cfg.capacity_bytes;
+    // uses[t]: nodes reading t, in order
+    std::vector<std::vector<int64_t>> uses(nt);
+    for (size_t i = 0; i < nn; ++i)
+        for (TensorId t : g.node(NodeId(i)).inputs)
+            if (uses[size_t(t)].empty() || uses[size_t(t)].back() != int64_t(i)) uses[size_t(t)].push_back(int64_t(i));
+    auto next_use = [&](TensorId t, int64_t after) {
+        const auto& u = uses[size_t(t)];
+        auto it = std::upper_bound(u.begin(), u.end(), after);
+        return it == u.end() ? kNever : *it;
+    };
+    struct Entry {
+        double bytes;
+        bool dirty;
+    };
+    std::unordered_map<TensorId, Entry> resident;
+    double used = 0;
+    IterationPrediction p;
+    p.nodes.resize(nn);
+
+    auto evict = [&](TensorId t, int64_t now, NodePrediction& np) {
+        const Entry e = resident.at(t);
+        if (e.dirty && (next_use(t, now) != kNever || persistent(g.tensor(t).role))) np.write_bytes += e.bytes;
+        used -= e.bytes;
+        resident.erase(t);
+    };
+    // Evicts, furthest next use first, residents not in `keep` until `need` bytes are free.
+    auto make_room = [&](double need, int64_t now, const std::vector<TensorId>& keep, NodePrediction& np) {
+        while (C - used < need) {
+            TensorId victim = kNone;
+            int64_t far = -1;
+            for (const auto& [t, e] : resident) {
+                if (std::find(keep.begin(), keep.end(), t) != keep.end()) continue;
+                const int64_t u = next_use(t, now);
+                if (u > far || (u == far && e.bytes > resident.at(victim).bytes)) far = u, victim = t;
+            }
+            if (victim == kNone) return;
+            evict(victim, now, np);
+        }
+    };
+
+    for (size_t i = 0; i < nn; ++i) {
+        const NodeId id = NodeId(i);
+        const Node& n = g.node(id);
+        NodePrediction& np = p.nodes[i];
+        np.node = id;
+        np.flops = node_cost(g, id).flops;
+        std::vector<TensorId> operands = n.inputs;
+        operands.insert(operands.end(), n.outputs.begin(), n.outputs.end());
+        // the node gets at least a quarter of the buffer for its tiles and streams
+        make_room(std::min(C * 0.25, C), int64_t(i), operands, np);
+        const double space = C - used;
+        std::vector<TensorId> fetched;  // inputs read from DRAM in full, candidates to keep
+        GemmShape gs;
+        const bool is_update = op_info(n.kind).category == OpCategory::Update;
+        if (gemm_shape(g, id, &gs)) {
+            const bool a_res = resident.count(gs.a) > 0, b_res = resident.count(gs.b) > 0;
+            const bool c_future = next_use(gs.c, int64_t(i)) != kNever || persistent(g.tensor(gs.c).role);
+            // a dead output is never written; a live one is streamed out, or kept when that is cheaper
+            Tiling t = best_tiling(gs, space, a_res, b_res, !c_future);
+            if (c_future && gs.c_bytes <= space) {
+                const Tiling kept = best_tiling(gs, space - gs.c_bytes, a_res, b_res, true);
+                if (kept.read_bytes + kept.write_bytes <= t.read_bytes + t.write_bytes) t = kept;
+            }
+            np.read_bytes += t.read_bytes;
+            np.write_bytes += t.write_bytes;
+            np.tiling = std::to_string(int64_t(t.tm)) + "x" + std::to_string(int64_t(t.tn)) + "x" + std::to_string(int64_t(t.tk));
+            for (TensorId x : {gs.a, gs.b})
+                if (!resident.count(x)) fetched.push_back(x);
+            // the bias (third input) streams once
+            for (size_t k = 0; k < n.inputs.size(); ++k)
+                if (n.inputs[k] != gs.a && n.inputs[k] != gs.b && !resident.count(n.inputs[k])) {
+                    np.read_bytes += tensor_bytes(g, n.inputs[k]);
+                    fetched.push_back(n.inputs[k]);
+                }
+            if (t.write_bytes > 0) {  // C was streamed out; only the other outputs may stay
+                for (TensorId o : n.outputs)
+                    if (o != gs.c) fetched.push_back(o);
+            } else {
+                for (TensorId o : n.outputs) fetched.push_back(o);
+            }
+        } else {
+            double in_bytes = 0;
+            for (TensorId t : n.inputs)
+                if (!resident.count(t)) in_bytes += tensor_bytes(g, t);
+            const bool two_pass = (n.kind == OpKind::BatchNorm2d || n.kind == OpKind::BatchNormBackward) && in_bytes > space;
+            for (TensorId t : n.inputs)
+                if (!resident.count(t)) {
+                    np.read_bytes += tensor_bytes(g, t) * (two_pass && t == n.inputs[n.kind == OpKind::BatchNorm2d ? 0 : 1] ? 2 : 1);
+                    fetched.push_back(t);
+                }
+            for (TensorId o : n.outputs) fetched.push_back(o);
+        }
+        // Outputs are dirty; in-place updates dirty their parameter and state.
+        std::vector<TensorId> dirty(n.outputs.begin(), n.outputs.end());
+        if (is_update)
+            for (size_t k = 0; k < n.inputs.size(); ++k)
+                if (k != 1) dirty.push_back(n.inputs[k]);
+        for (TensorId t : dirty)
+            if (resident.count(t)) resident[t].dirty = true;
+        // Keep what is needed again, nearest next use first; stream out what cannot stay.
+        for (TensorId t : fetched) {
+            if (resident.count(t)) continue;
+            const bool is_dirty = std::find(dirty.begin(), dirty.end(), t) != dirty.end();
+            const bool needed = next_use(t, int64_t(i)) != kNever;
+            const double b = tensor_bytes(g, t);
+            if (!needed) {
+                if (is_dirty && persistent(g.tensor(t).role)) np.write_bytes += b;
+                continue;
+            }
+            if (b > C) {
+                if (is_dirty) np.write_bytes += b;
+                continue;
+            }
+            resident[t] = {b, is_dirty};
+            used += b;
+        }
+        // residents with no further use leave for free (persistent dirty ones are written back)
+        for (auto it = resident.begin(); it != resident.end();) {
+            if (next_use(it->first, int64_t(i)) == kNever) {
+                if (it->second.dirty && persistent(g.tensor(it->first).role)) np.write_bytes += it->second.bytes;
+                used -= it->second.bytes;
+                it = resident.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        make_room(0, int64_t(i), {}, np);  // back within capacity: Belady evictions
+        np.occupancy_bytes = used;
+    }
+    // end of the iteration: dirty parameters and state go back to DRAM
+    if (nn > 0)
+        for (const auto& [t, e] : resident)
+            if (e.dirty && persistent(g.tensor(t).role)) p.nodes.back().write_bytes += e.bytes;
+
+    double max_bw = 0;
+    for (NodePrediction& np : p.nodes) {
+        const Node& n = g.node(np.node);
+        np.compute_s = np.flops / cfg.peak(n.compute);
+        np.memory_s = (np.read_bytes + np.write_bytes) / cfg.bandwidth_bytes_per_s;
+        np.time_s = std::max(np.compute_s, np.memory_s);
+        np.utilisation = np.time_s > 0 ? np.compute_s / np.time_s : 0;
+        p.read_bytes += np.read_bytes;
+        p.write_bytes += np.write_bytes;
+        p.flops += np.flops;
+        p.time_s += np.time_s;
+        p.compute_s += np.compute_s;
+        p.peak_occupancy_bytes = std::max(p.peak_occupancy_bytes, np.occupancy_bytes);
+        if (np.time_s > 0) max_bw = std::max(max_bw, (np.read_bytes + np.write_bytes) / np.time_s);
+    }
+    p.peak_bandwidth_bytes_per_s = max_bw;
+    p.avg_bandwidth_bytes_per_s = p.time_s > 0 ? (p.read_bytes + p.write_bytes) / p.time_s : 0;
+    p.utilisation = p.time_s > 0 ? p.compute_s / p.time_s : 0;
+    return p;
+}
+
+}  // namespace joule::predict

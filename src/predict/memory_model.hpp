@@ -1,0 +1,74 @@
+// Analytical model of a training iteration focused on the memory subsystem.
+//
+//   predict::MemoryConfig hw{.capacity_bytes = 32 << 20, .bandwidth_bytes_per_s = 900e9,
+//                            .peak_f32_flops = 15.7e12, .peak_bf16_flops = 125e12};
+//   predict::IterationPrediction p = predict::predict_iteration(tg.graph, hw);
+//   p.read_bytes, p.write_bytes, p.time_s, p.nodes[i].tiling ...
+//
+// The on-chip buffer is software-managed and near-optimal over the known schedule (node order):
+// - inter-layer, block-scale and forward-backward reuse: whole tensors stay on chip while they fit; when
+//   space is needed the tensor whose next use is furthest away is evicted (Belady's rule), written back
+//   only if it is dirty and still needed (or persistent: parameters, optimizer state); a tensor with no
+//   further use is dropped for free, so intermediates that die on chip never reach DRAM;
+// - intra-layer reuse: conv / linear / matmul (forward and backward) are GEMMs whose tiling (Tm, Tn, Tk)
+//   is chosen to minimise traffic within the space left; an operand read per tile pass is re-read
+//   ceil(N/Tn) (A) or ceil(M/Tm) (B) times, partial sums spill when Tk < K;
+// - streaming ops read what is not on chip once (BatchNorm twice when its input does not fit: statistics,
+//   then normalisation).
+// Per node: time = max(compute, memory), compute = FLOPs / peak(precision), memory = bytes / bandwidth.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/cost.hpp"
+#include "graph/graph.hpp"
+
+namespace joule::predict {
+
+struct MemoryConfig {
+    double capacity_bytes = 32.0 * (1 << 20);
+    double bandwidth_bytes_per_s = 900e9;
+    double peak_f32_flops = 15.7e12;
+    double peak_bf16_flops = 0;  // 0: same as f32
+    double peak(DType t) const;
+};
+
+struct NodePrediction {
+    NodeId node = kNone;
+    double read_bytes = 0, write_bytes = 0;  // off-chip, including write-backs of evicted tensors
+    double flops = 0;
+    double compute_s = 0, memory_s = 0, time_s = 0;
+    double utilisation = 0;     // compute_s / time_s
+    double occupancy_bytes = 0; // on-chip bytes held after the node
+    std::string tiling;         // GEMM nodes: "Tm x Tn x Tk"
+};
+
+struct IterationPrediction {
+    std::vector<NodePrediction> nodes;  // in node order
+    double read_bytes = 0, write_bytes = 0, flops = 0;
+    double time_s = 0, compute_s = 0;
+    double avg_bandwidth_bytes_per_s = 0, peak_bandwidth_bytes_per_s = 0;  // demand: bytes / time
+    double utilisation = 0;            // compute_s / time_s
+    double peak_occupancy_bytes = 0;
+};
+
+IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg);
+
+// The GEMM view of a conv / linear / matmul node: per-group (or per-batch) M x N x K and the bytes of
+// A (M x K), B (K x N) and C (M x N) in total; false for other nodes.
+struct GemmShape {
+    double m = 0, n = 0, k = 0, count = 1;  // count: groups or batch matrices
+    TensorId a = kNone, b = kNone, c = kNone;
+    double a_bytes = 0, b_bytes = 0, c_bytes = 0;
+};
+bool gemm_shape(const Graph& g, NodeId n, GemmShape* out);
+
+// Traffic of a GEMM with the given operands off chip, within `space` bytes: the best tiling.
+struct Tiling {
+    double tm = 0, tn = 0, tk = 0;
+    double read_bytes = 0, write_bytes = 0;
+};
+Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept, double element_bytes = 4);
+
+}  // namespace joule::predict
