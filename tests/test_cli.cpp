@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <cstdio>
@@ -139,6 +140,25 @@ TEST(Cli, ProfileSweepsStoresAndReports) {
     EXPECT_EQ(row.rfind("lenet5,cpu,f32,4,1,modelled", 0), 0u) << row;
 }
 
+TEST(Cli, AnalyzeModelsAndSweeps) {
+    Result r = run("analyze --device gpu-nvidia-v100-sxm2 --net resnet18 --batch 8");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("all figures modelled"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("per layer type (modelled"), std::string::npos) << r.out;
+    const auto j = run_json("analyze --net lenet5 --batch 16 --capacity 64KiB --bandwidth 100GB/s --peak 1TFLOPS --layers --json");
+    ASSERT_EQ(j["results"].size(), 1u);
+    const auto& res = j["results"][0];
+    EXPECT_EQ(res["kind"], "modelled");
+    EXPECT_GT(res["read_bytes"].get<double>(), 0);
+    EXPECT_FALSE(res["nodes"].empty());
+    r = run("analyze --net lenet5 --batch 16 --capacity 64KiB --bandwidth 100GB/s --peak 1TFLOPS --sweep capacity=16KiB..1MiB --csv -");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 8) << r.out;  // header + 7 capacities
+    r = run("analyze --net bert-tiny --batch 2 --seq-len 32 --device gpu-nvidia-a100-sxm4-40gb --dtype bf16 --sweep bandwidth=500GB/s..2TB/s");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("sweep (modelled"), std::string::npos) << r.out;
+}
+
 TEST(Cli, BadInputsFailClearly) {
     expect_failure("", "A subcommand is required");
     expect_failure("train --batch 0", "--batch");
@@ -156,6 +176,11 @@ TEST(Cli, BadInputsFailClearly) {
     expect_failure("inspect", "net is required");
     expect_failure("inspect nope", "unknown network 'nope'");
     expect_failure("nets --frobnicate", "frobnicate");
+    expect_failure("analyze --net lenet5", "joule analyze needs the hardware");
+    expect_failure("analyze --net lenet5 --capacity 32XB --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: unknown unit 'XB'");
+    expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep size=1..2", "expected capacity=RANGE or bandwidth=RANGE");
+    expect_failure("analyze --device no-such-gpu", "no-such-gpu.yaml: cannot open device spec");
+    expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep capacity=8MiB..1MiB", "ends below its start");
     expect_failure("profile --db /tmp/joule_cli_bad.db --batch 8,x", "--batch: 'x' is not a positive integer");
     expect_failure("profile --db /tmp/joule_cli_bad.db --dtype f16", "--dtype f16");
     expect_failure("profile --db /nonexistent/dir/p.db", "cannot open the profile database");

@@ -3,6 +3,8 @@
 // and the unit parsers.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "graph/autodiff.hpp"
 #include "graph/error.hpp"
 #include "predict/memory_model.hpp"
@@ -41,8 +43,8 @@ TEST(MemoryModel, SingleGemmTiling) {
     IterationPrediction small = predict_iteration(g, hw(64 * KiB));
     EXPECT_DOUBLE_EQ(small.nodes[0].read_bytes, 6 * 256 * KiB);
     EXPECT_DOUBLE_EQ(small.nodes[0].write_bytes, 256 * KiB);
-    // relu streams Y back in; its output is dead
-    EXPECT_DOUBLE_EQ(small.nodes[1].read_bytes, 256 * KiB);
+    // relu streams Y back in, but for the part still on chip from being written (64 KiB); its output is dead
+    EXPECT_DOUBLE_EQ(small.nodes[1].read_bytes, 192 * KiB);
     EXPECT_DOUBLE_EQ(small.nodes[1].write_bytes, 0);
     // time = max(compute, memory) per node
     const double flops = 2.0 * 256 * 256 * 256;
@@ -80,8 +82,11 @@ TEST(MemoryModel, ChainThatFitsNeverLeavesTheChip) {
 TEST(MemoryModel, ChainThatDoesNotFitStreams) {
     const Graph g = relu_chain(256 * 1024, 3);  // 1 MiB tensors, 512 KiB buffer
     const IterationPrediction p = predict_iteration(g, hw(512 * KiB));
-    EXPECT_DOUBLE_EQ(p.read_bytes, 3 * MiB);
-    EXPECT_DOUBLE_EQ(p.write_bytes, 2 * MiB);  // the last output is dead
+    // x is read whole; each live output keeps 512 KiB on chip and writes the other 512 KiB back, which
+    // the next relu reads; the last output is dead
+    EXPECT_DOUBLE_EQ(p.read_bytes, 2 * MiB);
+    EXPECT_DOUBLE_EQ(p.write_bytes, 1 * MiB);
+    EXPECT_DOUBLE_EQ(p.nodes[1].read_bytes, 512 * KiB);
     for (const auto& n : p.nodes) EXPECT_LE(n.occupancy_bytes, 512 * KiB);
 }
 
@@ -147,6 +152,57 @@ TEST(Units, ParseAndReject) {
     test::expect_error([] { parse_bandwidth("900", "--bandwidth"); }, "unknown unit ''");
     test::expect_error([] { parse_bytes("-4MiB", "--capacity"); }, "must be positive");
     test::expect_error([] { parse_sweep("8MiB..1MiB", parse_bytes, "--sweep capacity"); }, "ends below its start");
+}
+
+}  // namespace
+}  // namespace joule::predict
+
+#include "predict/buffer_sim.hpp"
+
+namespace joule::predict {
+namespace {
+
+// The analytical model against the trace-driven Belady simulation of the same schedule and tilings.
+// Target: within 5 %; measured (README): 10 of these 12 cases within 5 %, all within 9 %, mean 3 %.
+struct SimCase {
+    const char* net;
+    int64_t batch, image, seq;
+    double capacity;
+};
+class ModelVsSimulation : public ::testing::TestWithParam<SimCase> {};
+
+TEST_P(ModelVsSimulation, TrafficAgrees) {
+    const SimCase c = GetParam();
+    zoo::NetConfig cfg;
+    cfg.batch = c.batch, cfg.image_size = c.image, cfg.seq_len = c.seq;
+    zoo::Model m = zoo::build(c.net, cfg);
+    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.1f, 0.9f));
+    const MemoryConfig h = hw(c.capacity);
+    const IterationPrediction p = predict_iteration(tg.graph, h);
+    const SimulationResult s = simulate_belady(tg.graph, h);
+    const double model = p.read_bytes + p.write_bytes, sim = s.read_bytes + s.write_bytes;
+    EXPECT_GT(s.accesses, 0);
+    EXPECT_GE(model, 0.99 * sim) << "the optimal buffer should not do worse than the model";
+    EXPECT_LE(std::fabs(model - sim) / sim, 0.10) << c.net << " at " << c.capacity << " B: model " << model << ", simulation " << sim;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Nets, ModelVsSimulation,
+    ::testing::Values(SimCase{"lenet5", 16, 0, 128, 64 * KiB}, SimCase{"lenet5", 16, 0, 128, 1 * MiB}, SimCase{"lenet5", 16, 0, 128, 16 * MiB},
+                      SimCase{"resnet18", 4, 32, 128, 64 * KiB}, SimCase{"resnet18", 4, 32, 128, 1 * MiB}, SimCase{"resnet18", 4, 32, 128, 16 * MiB},
+                      SimCase{"mobilenet_v2", 2, 64, 128, 64 * KiB}, SimCase{"mobilenet_v2", 2, 64, 128, 1 * MiB},
+                      SimCase{"mobilenet_v2", 2, 64, 128, 16 * MiB}, SimCase{"bert-tiny", 2, 0, 32, 64 * KiB},
+                      SimCase{"bert-tiny", 2, 0, 32, 1 * MiB}, SimCase{"bert-tiny", 2, 0, 32, 16 * MiB}),
+    [](const auto& i) { return test::param_name(std::string(i.param.net) + "_" + std::to_string(int64_t(i.param.capacity / 1024)) + "KiB"); });
+
+TEST(Simulation, ExactOnAStreamingChain) {
+    // 1 MiB relus through a 512 KiB buffer: the simulation agrees with the hand count of the model test
+    Graph g;
+    TensorId t = g.input("x", {{256 * 1024}});
+    for (int i = 0; i < 3; ++i) t = g.add1(OpKind::Relu, NoAttrs{}, {t}, "relu" + std::to_string(i));
+    const SimulationResult s = simulate_belady(g, hw(512 * KiB), 4 * KiB);
+    EXPECT_DOUBLE_EQ(s.read_bytes, 2 * MiB);
+    EXPECT_DOUBLE_EQ(s.write_bytes, 1 * MiB);
 }
 
 }  // namespace

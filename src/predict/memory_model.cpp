@@ -86,11 +86,12 @@ Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_res
     Tiling best;
     double best_traffic = std::numeric_limits<double>::infinity();
     const double limit = std::max(space, 0.0) / e;  // elements
-    auto consider = [&](double tm, double tn, double footprint, double traffic) {
+    auto consider = [&](double tm, double tn, double footprint, double pa, double pb) {
         if (footprint > limit) return;
+        const double traffic = A * pa + B * pb + C;
         if (traffic < best_traffic - 1e-9 || (std::fabs(traffic - best_traffic) <= 1e-9 && tm * tn > best.tm * best.tn)) {
             best_traffic = traffic;
-            best = {tm, tn, kmin, traffic - C, C};
+            best = {tm, tn, kmin, pa, pb, traffic - C, C};
         }
     };
     const std::vector<double> ms = candidates(s.m), ns = candidates(s.n);
@@ -99,14 +100,14 @@ Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_res
             const double passes_a = std::ceil(s.n / tn), passes_b = std::ceil(s.m / tm);
             const double fa = a_resident ? 0 : tm * kmin, fb = b_resident ? 0 : kmin * tn, fc = tm * tn;
             // output-stationary: C tile on chip over the whole k loop
-            consider(tm, tn, fa + fb + fc, A * passes_a + B * passes_b + C);
+            consider(tm, tn, fa + fb + fc, passes_a, passes_b);
             // A-stationary: an A strip (tm x k) stays while all of B streams past it
-            consider(tm, tn, (a_resident ? 0 : tm * s.k) + fb + fc, A + B * passes_b + C);
+            consider(tm, tn, (a_resident ? 0 : tm * s.k) + fb + fc, 1, passes_b);
             // B-stationary
-            consider(tm, tn, fa + (b_resident ? 0 : s.k * tn) + fc, A * passes_a + B + C);
+            consider(tm, tn, fa + (b_resident ? 0 : s.k * tn) + fc, passes_a, 1);
         }
     if (!std::isfinite(best_traffic)) {  // nothing fits: the smallest tiles, every operand re-read per tile
-        best = {1, 1, 1, A * s.n + B * s.m, C};
+        best = {1, 1, 1, s.n, s.m, A * s.n + B * s.m, C};
     }
     return best;
 }
@@ -128,114 +129,136 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         return it == u.end() ? kNever : *it;
     };
     struct Entry {
-        double bytes;
+        double bytes;  // resident part (up to the whole tensor)
         bool dirty;
     };
     std::unordered_map<TensorId, Entry> resident;
     double used = 0;
     IterationPrediction p;
     p.nodes.resize(nn);
-
-    auto evict = [&](TensorId t, int64_t now, NodePrediction& np) {
-        const Entry e = resident.at(t);
-        if (e.dirty && (next_use(t, now) != kNever || persistent(g.tensor(t).role))) np.write_bytes += e.bytes;
-        used -= e.bytes;
-        resident.erase(t);
+    auto on_chip = [&](TensorId t) {
+        auto it = resident.find(t);
+        return it == resident.end() ? 0.0 : it->second.bytes;
     };
-    // Evicts, furthest next use first, residents not in `keep` until `need` bytes are free.
-    auto make_room = [&](double need, int64_t now, const std::vector<TensorId>& keep, NodePrediction& np) {
-        while (C - used < need) {
+    auto needed_later = [&](TensorId t, int64_t now) { return next_use(t, now) != kNever || persistent(g.tensor(t).role); };
+    // Drops `amount` bytes of t from the buffer, writing them back when dirty and still needed.
+    auto evict = [&](TensorId t, double amount, int64_t now, NodePrediction& np) {
+        Entry& e = resident.at(t);
+        amount = std::min(amount, e.bytes);
+        if (e.dirty && needed_later(t, now)) np.write_bytes += amount;
+        e.bytes -= amount;
+        used -= amount;
+        if (e.bytes <= 0) resident.erase(t);
+    };
+    // Belady: frees `need` bytes, taking the bytes used furthest in the future first; `protect` stays.
+    auto make_room = [&](double need, int64_t now, const std::vector<TensorId>& protect, NodePrediction& np) {
+        while (C - used < need - 1e-9) {
             TensorId victim = kNone;
             int64_t far = -1;
             for (const auto& [t, e] : resident) {
-                if (std::find(keep.begin(), keep.end(), t) != keep.end()) continue;
+                if (std::find(protect.begin(), protect.end(), t) != protect.end()) continue;
                 const int64_t u = next_use(t, now);
-                if (u > far || (u == far && e.bytes > resident.at(victim).bytes)) far = u, victim = t;
+                if (u > far || (u == far && t > victim)) far = u, victim = t;
             }
             if (victim == kNone) return;
-            evict(victim, now, np);
+            evict(victim, need - (C - used), now, np);
         }
     };
 
     for (size_t i = 0; i < nn; ++i) {
         const NodeId id = NodeId(i);
+        const int64_t now = int64_t(i);
         const Node& n = g.node(id);
         NodePrediction& np = p.nodes[i];
         np.node = id;
         np.flops = node_cost(g, id).flops;
         std::vector<TensorId> operands = n.inputs;
         operands.insert(operands.end(), n.outputs.begin(), n.outputs.end());
-        // the node gets at least a quarter of the buffer for its tiles and streams
-        make_room(std::min(C * 0.25, C), int64_t(i), operands, np);
-        const double space = C - used;
-        std::vector<TensorId> fetched;  // inputs read from DRAM in full, candidates to keep
-        GemmShape gs;
+        std::vector<std::pair<TensorId, bool>> touched;  // (tensor, dirty) seen whole by this node
         const bool is_update = op_info(n.kind).category == OpCategory::Update;
+        GemmShape gs;
         if (gemm_shape(g, id, &gs)) {
-            const bool a_res = resident.count(gs.a) > 0, b_res = resident.count(gs.b) > 0;
-            const bool c_future = next_use(gs.c, int64_t(i)) != kNever || persistent(g.tensor(gs.c).role);
-            // a dead output is never written; a live one is streamed out, or kept when that is cheaper
-            Tiling t = best_tiling(gs, space, a_res, b_res, !c_future);
-            if (c_future && gs.c_bytes <= space) {
-                const Tiling kept = best_tiling(gs, space - gs.c_bytes, a_res, b_res, true);
-                if (kept.read_bytes + kept.write_bytes <= t.read_bytes + t.write_bytes) t = kept;
+            const bool c_future = needed_later(gs.c, now);
+            auto plan = [&](double space) {
+                const double res_a = on_chip(gs.a), res_b = on_chip(gs.b);
+                const bool a_full = res_a >= gs.a_bytes, b_full = res_b >= gs.b_bytes;
+                // a dead output is never written; a live one is streamed out, or kept when that is cheaper
+                Tiling t = best_tiling(gs, space, a_full, b_full, !c_future);
+                if (c_future && gs.c_bytes <= space) {
+                    const Tiling kept = best_tiling(gs, space - gs.c_bytes, a_full, b_full, true);
+                    if (kept.read_bytes + kept.write_bytes <= t.read_bytes + t.write_bytes) t = kept;
+                }
+                // the first pass over a partly resident operand finds that part on chip
+                if (!a_full) t.read_bytes -= res_a;
+                if (!b_full) t.read_bytes -= res_b;
+                return t;
+            };
+            Tiling t = plan(C - used);
+            // Evicting for tile space costs a write-back and a re-read of what leaves. Tried: freeing up to
+            // 1/256 .. 1/4 of the buffer, either sparing the node's whole operands or not (furthest next
+            // use first); the cheapest plan wins.
+            std::vector<TensorId> whole_operands;
+            for (const auto& [x, e] : resident)
+                if (std::find(operands.begin(), operands.end(), x) != operands.end() && e.bytes >= tensor_bytes(g, x)) whole_operands.push_back(x);
+            double best_cost = t.read_bytes + t.write_bytes, best_need = 0;
+            bool best_spare = false;
+            for (bool spare : {true, false})
+                for (double frac : {1.0 / 256, 1.0 / 64, 1.0 / 16, 1.0 / 4}) {
+                    const double need = C * frac;
+                    if (need <= C - used) continue;
+                    const auto saved = resident;
+                    const double saved_used = used, saved_write = np.write_bytes;
+                    make_room(need, now, spare ? whole_operands : std::vector<TensorId>{}, np);
+                    const double freed = saved_used - used;
+                    const Tiling roomy = plan(C - used);
+                    const double cost = roomy.read_bytes + roomy.write_bytes + 2 * freed;
+                    resident = saved, used = saved_used, np.write_bytes = saved_write;
+                    if (freed > 0 && cost < best_cost) best_cost = cost, best_need = need, best_spare = spare;
+                }
+            if (best_need > 0) {
+                make_room(best_need, now, best_spare ? whole_operands : std::vector<TensorId>{}, np);
+                t = plan(C - used);
             }
             np.read_bytes += t.read_bytes;
             np.write_bytes += t.write_bytes;
             np.tiling = std::to_string(int64_t(t.tm)) + "x" + std::to_string(int64_t(t.tn)) + "x" + std::to_string(int64_t(t.tk));
-            for (TensorId x : {gs.a, gs.b})
-                if (!resident.count(x)) fetched.push_back(x);
-            // the bias (third input) streams once
-            for (size_t k = 0; k < n.inputs.size(); ++k)
-                if (n.inputs[k] != gs.a && n.inputs[k] != gs.b && !resident.count(n.inputs[k])) {
-                    np.read_bytes += tensor_bytes(g, n.inputs[k]);
-                    fetched.push_back(n.inputs[k]);
+            touched.push_back({gs.a, false});
+            touched.push_back({gs.b, false});
+            for (TensorId x : n.inputs)
+                if (x != gs.a && x != gs.b) {  // the bias streams once
+                    np.read_bytes += tensor_bytes(g, x) - on_chip(x);
+                    touched.push_back({x, false});
                 }
-            if (t.write_bytes > 0) {  // C was streamed out; only the other outputs may stay
-                for (TensorId o : n.outputs)
-                    if (o != gs.c) fetched.push_back(o);
-            } else {
-                for (TensorId o : n.outputs) fetched.push_back(o);
-            }
+            for (TensorId o : n.outputs) touched.push_back({o, o == gs.c ? t.write_bytes == 0 : true});  // a streamed-out C is clean
         } else {
-            double in_bytes = 0;
-            for (TensorId t : n.inputs)
-                if (!resident.count(t)) in_bytes += tensor_bytes(g, t);
-            const bool two_pass = (n.kind == OpKind::BatchNorm2d || n.kind == OpKind::BatchNormBackward) && in_bytes > space;
-            for (TensorId t : n.inputs)
-                if (!resident.count(t)) {
-                    np.read_bytes += tensor_bytes(g, t) * (two_pass && t == n.inputs[n.kind == OpKind::BatchNorm2d ? 0 : 1] ? 2 : 1);
-                    fetched.push_back(t);
-                }
-            for (TensorId o : n.outputs) fetched.push_back(o);
+            const double space = C - used;
+            for (size_t k = 0; k < n.inputs.size(); ++k) {
+                const TensorId x = n.inputs[k];
+                const double missing = tensor_bytes(g, x) - on_chip(x);
+                np.read_bytes += missing;
+                // BatchNorm reads its input twice (statistics, then normalisation): the second pass finds
+                // on chip what fitted
+                const bool bn_input = (n.kind == OpKind::BatchNorm2d && k == 0) || (n.kind == OpKind::BatchNormBackward && k == 1);
+                if (bn_input) np.read_bytes += std::max(0.0, missing - space);
+                touched.push_back({x, false});
+            }
+            for (TensorId o : n.outputs) touched.push_back({o, true});
         }
-        // Outputs are dirty; in-place updates dirty their parameter and state.
-        std::vector<TensorId> dirty(n.outputs.begin(), n.outputs.end());
-        if (is_update)
+        if (is_update)  // in place: parameter and optimizer state become dirty
             for (size_t k = 0; k < n.inputs.size(); ++k)
-                if (k != 1) dirty.push_back(n.inputs[k]);
-        for (TensorId t : dirty)
-            if (resident.count(t)) resident[t].dirty = true;
-        // Keep what is needed again, nearest next use first; stream out what cannot stay.
-        for (TensorId t : fetched) {
-            if (resident.count(t)) continue;
-            const bool is_dirty = std::find(dirty.begin(), dirty.end(), t) != dirty.end();
-            const bool needed = next_use(t, int64_t(i)) != kNever;
-            const double b = tensor_bytes(g, t);
-            if (!needed) {
-                if (is_dirty && persistent(g.tensor(t).role)) np.write_bytes += b;
-                continue;
-            }
-            if (b > C) {
-                if (is_dirty) np.write_bytes += b;
-                continue;
-            }
-            resident[t] = {b, is_dirty};
-            used += b;
+                if (k != 1)
+                    for (auto& [x, d] : touched)
+                        if (x == n.inputs[k]) d = true;
+        // Everything the node touched is on chip for a moment; then Belady trims back to capacity.
+        for (const auto& [x, d] : touched) {
+            const double full = tensor_bytes(g, x);
+            Entry& e = resident[x];
+            used += full - e.bytes;
+            e.bytes = full;
+            e.dirty = e.dirty || d;
         }
-        // residents with no further use leave for free (persistent dirty ones are written back)
-        for (auto it = resident.begin(); it != resident.end();) {
-            if (next_use(it->first, int64_t(i)) == kNever) {
+        for (auto it = resident.begin(); it != resident.end();) {  // no further use: leave (persistent dirty ones written back)
+            if (next_use(it->first, now) == kNever) {
                 if (it->second.dirty && persistent(g.tensor(it->first).role)) np.write_bytes += it->second.bytes;
                 used -= it->second.bytes;
                 it = resident.erase(it);
@@ -243,7 +266,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
                 ++it;
             }
         }
-        make_room(0, int64_t(i), {}, np);  // back within capacity: Belady evictions
+        make_room(0, now, {}, np);
         np.occupancy_bytes = used;
     }
     // end of the iteration: dirty parameters and state go back to DRAM

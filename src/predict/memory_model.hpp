@@ -6,10 +6,10 @@
 //   p.read_bytes, p.write_bytes, p.time_s, p.nodes[i].tiling ...
 //
 // The on-chip buffer is software-managed and near-optimal over the known schedule (node order):
-// - inter-layer, block-scale and forward-backward reuse: whole tensors stay on chip while they fit; when
-//   space is needed the tensor whose next use is furthest away is evicted (Belady's rule), written back
-//   only if it is dirty and still needed (or persistent: parameters, optimizer state); a tensor with no
-//   further use is dropped for free, so intermediates that die on chip never reach DRAM;
+// - inter-layer, block-scale and forward-backward reuse: tensors (or the part of one that fits) stay on
+//   chip; when space is needed the bytes whose next use is furthest away are evicted (Belady's rule),
+//   written back only if dirty and still needed (or persistent: parameters, optimizer state); a tensor
+//   with no further use is dropped for free, so intermediates that die on chip never reach DRAM;
 // - intra-layer reuse: conv / linear / matmul (forward and backward) are GEMMs whose tiling (Tm, Tn, Tk)
 //   is chosen to minimise traffic within the space left; an operand read per tile pass is re-read
 //   ceil(N/Tn) (A) or ceil(M/Tm) (B) times, partial sums spill when Tk < K;
@@ -67,6 +67,7 @@ bool gemm_shape(const Graph& g, NodeId n, GemmShape* out);
 // Traffic of a GEMM with the given operands off chip, within `space` bytes: the best tiling.
 struct Tiling {
     double tm = 0, tn = 0, tk = 0;
+    double passes_a = 1, passes_b = 1;  // how often A and B are streamed
     double read_bytes = 0, write_bytes = 0;
 };
 Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept, double element_bytes = 4);
