@@ -159,6 +159,16 @@ TEST(Cli, AnalyzeModelsAndSweeps) {
     EXPECT_NE(r.out.find("sweep (modelled"), std::string::npos) << r.out;
 }
 
+TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
+    const auto j = run_json("probe --array-mib 8 --gemm-size 128 --repeats 1 --threads 1 --json");
+    EXPECT_EQ(j["kind"], "measured");
+    EXPECT_GT(j["triad_gbps"].get<double>(), 0);
+    EXPECT_GT(j["gemm_gflops_f32"].get<double>(), 0);
+    EXPECT_GT(j["gemm_gflops_bf16"].get<double>(), 0);
+    expect_failure("probe --gemm-size 4", "--gemm-size");
+    expect_failure("probe --array-mib -1", "--array-mib");
+}
+
 TEST(Cli, BadInputsFailClearly) {
     expect_failure("", "A subcommand is required");
     expect_failure("train --batch 0", "--batch");

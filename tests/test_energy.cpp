@@ -183,11 +183,12 @@ TEST(ChooseMeter, FallsBackToModelledAndSaysWhy) {
 }
 
 TEST(PowerModel, RooflineUtilisation) {
-    const PowerModel m(test_spec(), 1);  // one of two cores
+    const hw::DeviceSpec spec = test_spec();
+    const PowerModel m(spec, 1);  // one of two cores
     NodeCost c;
-    c.flops = 134.15e9 * 0.5;  // half the single-core peak for 1 s
+    c.flops = spec.peak_f32_gflops * 1e9 / 2 * 0.5;  // half the single-core peak for 1 s
     EXPECT_NEAR(m.utilisation(c, DType::F32, 1.0), 0.5, 1e-3);
-    EXPECT_NEAR(m.utilisation(c, DType::BF16, 1.0), 0.25, 1e-3);
+    EXPECT_NEAR(m.utilisation(c, DType::BF16, 1.0), 0.5 * spec.peak_f32_gflops / spec.peak_bf16_gflops, 1e-3);
     c.flops = 1e15;
     EXPECT_DOUBLE_EQ(m.utilisation(c, DType::F32, 1.0), 1.0);  // clipped
     EXPECT_NEAR(m.dynamic_w(1.0), (38.75 - 11.6) / 2, 1e-9);
@@ -255,8 +256,10 @@ TEST(Attribution, ModelledSumsAddUp) {
     for (double j : a.node_joules) sum += j;
     EXPECT_NEAR(sum, a.total_joules, 1e-12);
     EXPECT_NEAR(a.idle_joules, 11.6 * 0.0021, 1e-9);
-    // fc: 2*64*256*256 FLOP in 1 ms = 8.4 GFLOP/s of 268 -> u = 0.031
-    EXPECT_NEAR(a.node_joules[0], m.dynamic_w(2.0 * 64 * 256 * 256 / 1e-3 / 268.3e9) * 1e-3, 1e-6);
+    // fc: 2*64*256*256 FLOP in 1 ms against the spec's peak (or its bytes against the bandwidth)
+    const NodeCost fc = node_cost(g, 0);
+    const double u = std::max(fc.flops / 1e-3 / (m.spec().peak_f32_gflops * 1e9), (fc.bytes_read + fc.bytes_written) / 1e-3 / (m.spec().mem_bandwidth_gbps * 1e9));
+    EXPECT_NEAR(a.node_joules[0], m.dynamic_w(std::min(u, 1.0)) * 1e-3, 1e-6);
 }
 
 TEST(DeviceSpec, LoadsAndRejectsBadFiles) {

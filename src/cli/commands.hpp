@@ -11,6 +11,7 @@ void add_nets(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_profile(CLI::App& app);
 void add_analyze(CLI::App& app);
+void add_probe(CLI::App& app);
 
 // Options shared by commands that build a net.
 struct NetOptions {

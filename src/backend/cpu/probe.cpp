@@ -1,0 +1,70 @@
+#include "backend/cpu/probe.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "graph/error.hpp"
+
+namespace joule::cpu {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double gemm_gflops(dnnl::engine& eng, dnnl::stream& s, int64_t n, dnnl::memory::data_type type, int repeats) {
+    using namespace dnnl;
+    const memory::desc a({n, n}, type, memory::format_tag::ab), b({n, n}, type, memory::format_tag::ab), c({n, n}, memory::data_type::f32, memory::format_tag::ab);
+    matmul::primitive_desc pd({a, b, c}, eng);
+    matmul mm(pd);
+    memory ma(a, eng), mb(b, eng), mc(c, eng);
+    std::memset(ma.get_data_handle(), 0, a.get_size());
+    std::memset(mb.get_data_handle(), 0, b.get_size());
+    double best = 1e30;
+    for (int r = 0; r < repeats + 1; ++r) {  // the first run compiles the kernel
+        const auto t0 = std::chrono::steady_clock::now();
+        mm.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+        s.wait();
+        if (r > 0) best = std::min(best, seconds_since(t0));
+    }
+    return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
+}
+}  // namespace
+
+ProbeResult probe(const ProbeOptions& o) {
+    if (o.array_mib <= 0 || o.gemm_size < 16 || o.repeats < 1) throw Error("probe: array size, GEMM size (>= 16) and repeats must be positive");
+    CpuBackend backend(o.threads);  // sets the thread count
+    ProbeResult r;
+    r.threads = backend.threads();
+    r.gemm_size = o.gemm_size;
+    const int64_t n = int64_t(o.array_mib * 1048576 / sizeof(double));
+    r.array_bytes = double(n) * sizeof(double);
+    std::unique_ptr<double[]> a(new double[size_t(n)]), b(new double[size_t(n)]), c(new double[size_t(n)]);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = 1.0, b[i] = 2.0, c[i] = 0.0;  // first touch by the threads that use them
+    double copy = 1e30, triad = 1e30;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) c[i] = a[i];
+        copy = std::min(copy, seconds_since(t0));
+        t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 3.0 * c[i];
+        triad = std::min(triad, seconds_since(t0));
+    }
+    r.copy_gbps = 2.0 * double(n) * sizeof(double) / copy / 1e9;
+    r.triad_gbps = 3.0 * double(n) * sizeof(double) / triad / 1e9;
+    CpuContext& ctx = backend.context();
+    r.gemm_gflops_f32 = gemm_gflops(ctx.engine, ctx.stream, o.gemm_size, dnnl::memory::data_type::f32, o.repeats);
+    r.gemm_gflops_bf16 = gemm_gflops(ctx.engine, ctx.stream, o.gemm_size, dnnl::memory::data_type::bf16, o.repeats);
+    return r;
+}
+
+}  // namespace joule::cpu

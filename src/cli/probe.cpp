@@ -1,0 +1,42 @@
+// `joule probe`: measures this CPU's memory bandwidth (STREAM copy / triad) and GEMM peak (oneDNN
+// matmul, f32 and bf16), the inputs `joule analyze` needs to predict this machine.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/probe.hpp"
+#include "cli/commands.hpp"
+#include "report/table.hpp"
+
+namespace joule::cli {
+
+void add_probe(CLI::App& app) {
+    auto o = std::make_shared<cpu::ProbeOptions>();
+    auto json = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand("probe", "measure this CPU's memory bandwidth (STREAM) and GEMM peak (oneDNN)");
+    cmd->add_option("--threads", o->threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--array-mib", o->array_mib, "MiB per STREAM array")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--gemm-size", o->gemm_size, "square GEMM edge")->capture_default_str()->check(CLI::Range(int64_t(16), int64_t(16384)));
+    cmd->add_option("--repeats", o->repeats, "best of this many runs")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_flag("--json", *json, "machine-readable output");
+    cmd->callback([o, json] {
+        const cpu::ProbeResult r = cpu::probe(*o);
+        if (*json) {
+            std::cout << nlohmann::json{{"kind", "measured"}, {"threads", r.threads}, {"copy_gbps", r.copy_gbps}, {"triad_gbps", r.triad_gbps},
+                                        {"gemm_size", r.gemm_size}, {"gemm_gflops_f32", r.gemm_gflops_f32}, {"gemm_gflops_bf16", r.gemm_gflops_bf16},
+                                        {"array_bytes", r.array_bytes}}
+                             .dump(2)
+                      << '\n';
+            return;
+        }
+        Table t({"probe (measured, best of " + std::to_string(o->repeats) + ", " + std::to_string(r.threads) + " threads)", "value"});
+        t.add({"STREAM copy (" + bytes_str(r.array_bytes) + " arrays)", fixed(r.copy_gbps, 1) + " GB/s"});
+        t.add({"STREAM triad", fixed(r.triad_gbps, 1) + " GB/s"});
+        t.add({"GEMM f32 " + std::to_string(r.gemm_size) + "^3 (oneDNN matmul)", fixed(r.gemm_gflops_f32, 1) + " GFLOP/s"});
+        t.add({"GEMM bf16 " + std::to_string(r.gemm_size) + "^3 (oneDNN matmul)", fixed(r.gemm_gflops_bf16, 1) + " GFLOP/s"});
+        t.print(std::cout);
+        std::cout << "use with: joule analyze --bandwidth " << fixed(r.triad_gbps, 1) << "GB/s --peak " << fixed(r.gemm_gflops_f32, 1)
+                  << "GFLOPS --peak-bf16 " << fixed(r.gemm_gflops_bf16, 1) << "GFLOPS --capacity <L2 or L3>\n";
+    });
+}
+
+}  // namespace joule::cli
