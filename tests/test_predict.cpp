@@ -207,3 +207,4 @@ TEST(Simulation, ExactOnAStreamingChain) {
 
 }  // namespace
 }  // namespace joule::predict
+

@@ -10,6 +10,7 @@
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/trainer.hpp"
 #include "zoo/zoo.hpp"
 
 namespace joule::profile {
@@ -122,12 +123,7 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                     const Graph& g = tg.graph;
                     Executor ex(g, backend, {{m.logits, tg.loss}, 1});
                     data::SyntheticData synth(1);
-                    const int64_t classes = g.tensor(m.logits).desc.shape[1];
-                    auto feed = [&] {
-                        if (g.tensor(m.input).desc.dtype == DType::I32) synth.fill_uniform_int(ex.i32(m.input), g.tensor(m.input).desc.numel(), int32_t(m.vocab));
-                        else synth.fill_normal(ex.f32(m.input), g.tensor(m.input).desc.numel());
-                        synth.fill_uniform_int(ex.i32(m.labels), batch, int32_t(classes));
-                    };
+                    auto feed = [&] { fill_synthetic(ex, m, synth); };
                     for (int64_t i = 0; i < o.warmup; ++i) {
                         feed();
                         ex.run_all();

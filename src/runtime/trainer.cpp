@@ -39,6 +39,14 @@ std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps, const Ener
     return out;
 }
 
+void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synth) {
+    const Graph& g = ex.graph();
+    const TensorDesc& in = g.tensor(m.input).desc;
+    if (in.dtype == DType::I32) synth.fill_uniform_int(ex.i32(m.input), in.numel(), int32_t(m.vocab));
+    else synth.fill_normal(ex.f32(m.input), in.numel());
+    synth.fill_uniform_int(ex.i32(m.labels), g.tensor(m.labels).desc.numel(), int32_t(g.tensor(m.logits).desc.shape[1]));
+}
+
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainProgress&)>& on_progress) {
     if (o.epochs < 1) throw Error("--epochs must be >= 1, got " + std::to_string(o.epochs));
     if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
@@ -73,8 +81,6 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     }
 
     Executor ex(tg.graph, backend, {.keep = {m.logits, tg.loss}, .seed = o.seed});
-    const TensorDesc& in_desc = tg.graph.tensor(m.input).desc;
-    const int64_t in_elems = in_desc.numel();
     const int64_t classes = tg.graph.tensor(m.logits).desc.shape[1];
 
     TrainResult r;
@@ -126,9 +132,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             if (real_data) {
                 split.train.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
             } else {
-                if (info.sequence) synth.fill_uniform_int(ex.i32(m.input), in_elems, int32_t(m.vocab));
-                else synth.fill_normal(ex.f32(m.input), in_elems);
-                synth.fill_uniform_int(ex.i32(m.labels), o.batch, int32_t(classes));
+                fill_synthetic(ex, m, synth);
             }
             const bool record = recorder && total_steps >= o.warmup;
             if (record) recorder->step_begin();

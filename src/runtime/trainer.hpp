@@ -15,6 +15,7 @@
 #include "graph/autodiff.hpp"
 #include "graph/tensor_desc.hpp"
 #include "runtime/energy_recorder.hpp"
+#include "zoo/zoo.hpp"
 
 namespace joule {
 
@@ -75,6 +76,12 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& opts, const std::function<void(const TrainProgress&)>& on_progress = {});
+
+namespace data {
+class SyntheticData;
+}
+// Fills a model's input (N(0,1) images or uniform tokens) and labels with synthetic data.
+void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synth);
 
 // Per-layer time table from an executor's node timings (divided by `steps`).
 class Executor;
