@@ -52,8 +52,8 @@ void print_single(const Graph& g, const predict::IterationPrediction& p, const p
         const double bytes = v.read + v.write, ai = bytes > 0 ? v.flops / bytes : 0;
         const double roof = bytes > 0 ? std::min(c.peak_f32_flops, ai * c.bandwidth_bytes_per_s) : c.peak_f32_flops;
         t.add({name, fixed(v.flops / 1e9, 3), bytes_str(bytes), fixed(traffic > 0 ? 100 * bytes / traffic : 0, 1) + " %",
-               fixed(p.time_s > 0 ? 100 * v.time / p.time_s : 0, 1) + " %", bytes > 0 ? fixed(ai, 2) : "inf", fixed(roof / 1e9, 1),
-               ai * c.bandwidth_bytes_per_s >= c.peak_f32_flops ? "compute" : "memory"});
+               fixed(p.time_s > 0 ? 100 * v.time / p.time_s : 0, 1) + " %", bytes > 0 ? fixed(ai, 2) : "-", fixed(roof / 1e9, 1),
+               bytes <= 0 ? "on chip" : ai * c.bandwidth_bytes_per_s >= c.peak_f32_flops ? "compute" : "memory"});
     }
     std::cout << "per layer type (modelled; roofline at the f32 peak):\n";
     t.print(std::cout);

@@ -9,9 +9,9 @@ namespace joule::cli {
 void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional) {
     if (net_positional) cmd.add_option("net", o.net, "network from the zoo (see `joule nets`)")->required();
     else cmd.add_option("--net", o.net, "network from the zoo (see `joule nets`)")->capture_default_str();
-    cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(CLI::NonNegativeNumber);
-    cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
     cmd.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
     cmd.add_option("--dtype", o.dtype, "compute precision: f32 or bf16 (storage stays f32; see --dtype-scope)")
         ->capture_default_str()

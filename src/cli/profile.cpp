@@ -100,10 +100,10 @@ void add_profile(CLI::App& app) {
     cmd->add_option("--batch", f->batches, "comma-separated batch sizes")->capture_default_str();
     cmd->add_option("--dtype", f->dtypes, "comma-separated precisions: f32, bf16 (on conv/linear/matmul)")->capture_default_str();
     cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores)")->capture_default_str();
-    cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
     cmd->add_option("--warmup", f->warmup, "unmeasured steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
     cmd->add_option("--image-size", f->image_size, "input size (0: each net's default)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--seq-len", f->seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--seq-len", f->seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
     cmd->add_option("--db", f->db, "SQLite database")->capture_default_str();
     cmd->add_option("--meter", f->meter, "auto, rapl, perf, nvml or modelled")->capture_default_str()->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
     cmd->add_option("--device-spec", f->device_spec, "data/hw spec for the modelled meter (default: the one matching this CPU)");

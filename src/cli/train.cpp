@@ -111,7 +111,7 @@ void add_train(CLI::App& app) {
     add_net_options(*cmd, f->net, false);
     cmd->add_option("--dataset", f->dataset, "fashion-mnist or synthetic")->capture_default_str()->check(CLI::IsMember({"fashion-mnist", "synthetic"}));
     cmd->add_option("--data-dir", f->data_dir, "directory with the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)");
-    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
     cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(CLI::NonNegativeNumber);
     cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(CLI::PositiveNumber);
@@ -119,7 +119,7 @@ void add_train(CLI::App& app) {
     cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
     cmd->add_option("--threads", f->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
-    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
     cmd->add_option("--dtype-scope", f->scope, "gemm: --dtype on conv/linear/matmul (autocast's list); all: on every op the backend runs in it")
         ->capture_default_str()
         ->check(CLI::IsMember({"gemm", "all"}));

@@ -120,6 +120,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     if (!real_data && o.steps == 0) steps_per_epoch = std::min<int64_t>(steps_per_epoch, 20);
     if (o.steps > 0) steps_per_epoch = std::min(steps_per_epoch, o.steps);
 
+    // at least one timed step: warm-up takes at most all but the last step
+    const int64_t warmup = std::min(o.warmup, steps_per_epoch * o.epochs - 1);
     int64_t total_steps = 0;
     using clock = std::chrono::steady_clock;
     for (int64_t e = 0; e < o.epochs; ++e) {
@@ -134,13 +136,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             } else {
                 fill_synthetic(ex, m, synth);
             }
-            const bool record = recorder && total_steps >= o.warmup;
+            const bool record = recorder && total_steps >= warmup;
             if (record) recorder->step_begin();
             ex.run_all({.training = true});
             if (record) recorder->step_end();
             loss_sum += ex.f32(tg.loss)[0];
             ++er.steps;
-            if (++total_steps == o.warmup) ex.reset_timing();
+            if (++total_steps == warmup) ex.reset_timing();
             if (on_progress) {
                 const double el = std::chrono::duration<double>(clock::now() - t0).count();
                 on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(er.steps * o.batch) / el});
@@ -151,7 +153,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         er.images_per_s = double(er.steps * o.batch) / er.seconds;
         r.epochs.push_back(er);
     }
-    r.timed_steps = total_steps > o.warmup ? total_steps - o.warmup : total_steps;
+    r.timed_steps = total_steps - warmup;
     if (recorder) r.energy = recorder->finish(tg.graph);
     r.layers = layer_times(ex, r.timed_steps, r.energy ? &*r.energy : nullptr);
     double step = 0;
