@@ -21,7 +21,7 @@ std::vector<TensorId> GradBuilder::emit(OpKind kind, Attrs attrs, std::vector<Te
 }
 
 void GradBuilder::accumulate(TensorId t, TensorId grad) {
-    if (!needs_[size_t(t)] || grad == kNone) return;
+    if (!needs_grad(t) || grad == kNone) return;
     contrib_[t].push_back(grad);
 }
 
@@ -62,7 +62,6 @@ std::map<TensorId, TensorId> differentiate(Graph& g, TensorId output, TensorId s
         for (TensorId in : g.node(n).inputs) any = any || needs[size_t(in)];
         for (TensorId out : g.node(n).outputs) needs[size_t(out)] = any;
     }
-    needs.resize(g.num_tensors() * 4 + 1024, false);  // room: emitted gradient tensors never need one
 
     std::map<TensorId, std::vector<TensorId>> contrib;
     contrib[output].push_back(seed);
@@ -81,12 +80,11 @@ std::map<TensorId, TensorId> differentiate(Graph& g, TensorId output, TensorId s
         }
         if (!any) continue;
         bool inputs_need = false;
-        for (TensorId in : node.inputs) inputs_need = inputs_need || needs[size_t(in)];
+        for (TensorId in : node.inputs) inputs_need = inputs_need || needs[size_t(in)];  // forward tensors only
         if (!inputs_need) continue;
         const OpInfo& info = op_info(node.kind);
         if (!info.grad)
             throw Error("op '" + node.name + "' (" + info.name + ") has no gradient rule but a parameter depends on it");
-        if (g.num_tensors() + 64 > needs.size()) needs.resize(needs.size() * 2, false);
         GradBuilder b(g, n, dys, needs, contrib);
         info.grad(b, node);
     }

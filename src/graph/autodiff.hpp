@@ -28,7 +28,7 @@ public:
     const Tensor& tensor(TensorId t) const { return g_.tensor(t); }
     // Gradient of the forward node's i-th output, or kNone when nothing downstream needs it.
     TensorId dy(size_t i) const { return i < dys_.size() ? dys_[i] : kNone; }
-    bool needs_grad(TensorId t) const { return needs_[size_t(t)]; }
+    bool needs_grad(TensorId t) const { return size_t(t) < needs_.size() && needs_[size_t(t)]; }  // emitted tensors: never
     // Emits a backward node named "<forward name>.<suffix>" whose output 0 is the gradient of `like`.
     std::vector<TensorId> emit(OpKind kind, Attrs attrs, std::vector<TensorId> inputs, const std::string& suffix,
                                TensorId like);
