@@ -79,6 +79,18 @@ TEST(MemoryModel, ChainThatFitsNeverLeavesTheChip) {
     EXPECT_DOUBLE_EQ(p.nodes[1].read_bytes, 0);
 }
 
+TEST(MemoryModel, Bf16ActivationsHalveTheirBytes) {
+    const Graph g = relu_chain(256 * 1024, 3);
+    MemoryConfig c = hw(512 * KiB);
+    c.bf16_activations = true;  // 512 KiB tensors now fit: x read once, nothing written
+    const IterationPrediction p = predict_iteration(g, c);
+    EXPECT_DOUBLE_EQ(p.read_bytes, 512 * KiB);
+    EXPECT_DOUBLE_EQ(p.write_bytes, 0);
+    Graph w;
+    w.parameter("p", {{1024}}, Init::ones());
+    EXPECT_DOUBLE_EQ(stored_bytes(w, 0, c), 4096);  // parameters stay f32
+}
+
 TEST(MemoryModel, ChainThatDoesNotFitStreams) {
     const Graph g = relu_chain(256 * 1024, 3);  // 1 MiB tensors, 512 KiB buffer
     const IterationPrediction p = predict_iteration(g, hw(512 * KiB));

@@ -137,9 +137,10 @@ void add_analyze(CLI::App& app) {
         const OptimizerConfig opt = f->net.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
         TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, opt);
         apply_compute_precision(tg.graph, parse_dtype(f->net.dtype));
+        cfg.bf16_activations = parse_dtype(f->net.dtype) == DType::BF16;
         const Graph& g = tg.graph;
         if (!f->json && f->csv != "-")
-            std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", " << f->net.dtype << " GEMMs, "
+            std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", " << (cfg.bf16_activations ? "bf16 GEMMs, bf16 activations and gradients, f32 parameters and state, " : "f32, ")
                       << g.num_nodes() << " nodes): all figures modelled\n";
         nlohmann::json out = nlohmann::json::array();
         Table sweep({"capacity", "bandwidth", "read", "written", "time ms", "util", "avg GB/s", "conv", "fc", "norm", "activation", "pooling", "other"});

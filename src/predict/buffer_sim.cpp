@@ -29,14 +29,14 @@ SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double
     const size_t nt = g.num_tensors();
     std::vector<int64_t> base(nt + 1, 0), blocks(nt, 0);
     for (size_t t = 0; t < nt; ++t) {
-        blocks[t] = std::max<int64_t>(1, int64_t(std::ceil(double(g.tensor(TensorId(t)).desc.bytes()) / bb)));
+        blocks[t] = std::max<int64_t>(1, int64_t(std::ceil(stored_bytes(g, TensorId(t), cfg) / bb)));
         base[t + 1] = base[t] + blocks[t];
     }
     std::vector<bool> block_persistent(static_cast<size_t>(base[nt]), false);
     std::vector<double> size(static_cast<size_t>(base[nt]), bb);  // the last block of a tensor holds the rest
     for (size_t t = 0; t < nt; ++t) {
         if (persistent(g.tensor(TensorId(t)).role)) std::fill(block_persistent.begin() + base[t], block_persistent.begin() + base[t + 1], true);
-        size[size_t(base[t + 1] - 1)] = double(g.tensor(TensorId(t)).desc.bytes()) - bb * double(blocks[t] - 1);
+        size[size_t(base[t + 1] - 1)] = stored_bytes(g, TensorId(t), cfg) - bb * double(blocks[t] - 1);
     }
 
     // The trace: the model's schedule and tilings.
@@ -52,7 +52,7 @@ SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double
         node = int32_t(i);
         const Node& n = g.node(NodeId(i));
         GemmShape s;
-        if (gemm_shape(g, NodeId(i), &s)) {
+        if (gemm_shape(g, NodeId(i), &s, cfg)) {
             const std::string& tiling = model.nodes[i].tiling;
             const double tm = std::stod(tiling), tn = std::stod(tiling.substr(tiling.find('x') + 1));
             const int64_t mt = int64_t(std::ceil(s.m / tm)), ntl = int64_t(std::ceil(s.n / tn));

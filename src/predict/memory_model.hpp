@@ -31,8 +31,14 @@ struct MemoryConfig {
     double bandwidth_bytes_per_s = 900e9;
     double peak_f32_flops = 15.7e12;
     double peak_bf16_flops = 0;  // 0: same as f32
+    // Mixed precision: activations and gradients stored in bf16 (2 bytes), parameters and optimizer
+    // state in f32. false: every tensor as the graph stores it (f32 in joule).
+    bool bf16_activations = false;
     double peak(DType t) const;
 };
+
+// Bytes of tensor t as the modelled machine stores it.
+double stored_bytes(const Graph& g, TensorId t, const MemoryConfig& cfg);
 
 struct NodePrediction {
     NodeId node = kNone;
@@ -62,7 +68,7 @@ struct GemmShape {
     TensorId a = kNone, b = kNone, c = kNone;
     double a_bytes = 0, b_bytes = 0, c_bytes = 0;
 };
-bool gemm_shape(const Graph& g, NodeId n, GemmShape* out);
+bool gemm_shape(const Graph& g, NodeId n, GemmShape* out, const MemoryConfig& cfg = {});
 
 // Traffic of a GEMM with the given operands off chip, within `space` bytes: the best tiling.
 struct Tiling {
