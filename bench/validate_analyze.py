@@ -27,8 +27,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     p = run([a.joule, "probe", "--json", "--threads", str(a.threads)])
-    bw, peak, peak16 = p["triad_gbps"], p["gemm_gflops_f32"], p["gemm_gflops_bf16"]
-    print(f"probe (measured): triad {bw:.1f} GB/s, GEMM f32 {peak:.1f} GFLOP/s; model capacity {a.capacity}")
+    bw, peak, peak16, ovh = p["triad_gbps"], p["gemm_gflops_f32"], p["gemm_gflops_bf16"], p["op_overhead_seconds"]
+    print(f"probe (measured): triad {bw:.1f} GB/s, GEMM f32 {peak:.1f} GFLOP/s, per-op overhead {ovh * 1e6:.1f} us; model capacity {a.capacity}")
     print(f"{'net':14} {'batch':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>8}")
     errors = []
     for net, size, batches in NETS:
@@ -37,7 +37,8 @@ def main():
             m = run([a.joule, "train", "--net", net, "--dataset", "synthetic", "--batch", str(b), "--optimizer", "sgd", "--steps",
                      str(a.steps + 1), "--warmup", "1", "--threads", str(a.threads), "--json", "--quiet"] + shape)
             q = run([a.joule, "analyze", "--net", net, "--batch", str(b), "--optimizer", "sgd", "--capacity", a.capacity, "--bandwidth",
-                     f"{bw}GB/s", "--peak", f"{peak}GFLOPS", "--peak-bf16", f"{peak16}GFLOPS", "--json"] + shape)
+                     f"{bw}GB/s", "--peak", f"{peak}GFLOPS", "--peak-bf16", f"{peak16}GFLOPS", "--overhead", f"{ovh * 1e6}us",
+                     "--json"] + shape)
             measured, predicted = m["step_seconds"], q["results"][0]["seconds"]
             err = (predicted - measured) / measured
             errors.append(abs(err))

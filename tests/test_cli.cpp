@@ -165,6 +165,7 @@ TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     EXPECT_GT(j["triad_gbps"].get<double>(), 0);
     EXPECT_GT(j["gemm_gflops_f32"].get<double>(), 0);
     EXPECT_GT(j["gemm_gflops_bf16"].get<double>(), 0);
+    EXPECT_GT(j["op_overhead_seconds"].get<double>(), 0);
     expect_failure("probe --gemm-size 4", "--gemm-size");
     expect_failure("probe --array-mib -1", "--array-mib");
 }
@@ -187,6 +188,7 @@ TEST(Cli, BadInputsFailClearly) {
     expect_failure("inspect nope", "unknown network 'nope'");
     expect_failure("nets --frobnicate", "frobnicate");
     expect_failure("analyze --net lenet5", "joule analyze needs the hardware");
+    expect_failure("analyze --device gpu-nvidia-v100-sxm2 --overhead 5", "--overhead: unknown unit");
     expect_failure("analyze --net lenet5 --capacity 32XB --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: unknown unit 'XB'");
     expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep size=1..2", "expected capacity=RANGE or bandwidth=RANGE");
     expect_failure("analyze --device no-such-gpu", "no-such-gpu.yaml: cannot open device spec");

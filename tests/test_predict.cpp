@@ -51,6 +51,11 @@ TEST(MemoryModel, SingleGemmTiling) {
     EXPECT_DOUBLE_EQ(small.nodes[0].compute_s, flops / 1e12);
     EXPECT_DOUBLE_EQ(small.nodes[0].memory_s, 7 * 256 * KiB / 100e9);
     EXPECT_DOUBLE_EQ(small.nodes[0].time_s, std::max(small.nodes[0].compute_s, small.nodes[0].memory_s));
+    MemoryConfig slow = hw(64 * KiB);
+    slow.node_overhead_s = 5e-6;  // a fixed cost per node
+    const IterationPrediction o = predict_iteration(g, slow);
+    EXPECT_DOUBLE_EQ(o.nodes[0].time_s, small.nodes[0].time_s + 5e-6);
+    EXPECT_DOUBLE_EQ(o.time_s, small.time_s + 2 * 5e-6);
 }
 
 TEST(MemoryModel, BestTilingMatchesHandAnalysis) {
@@ -158,6 +163,9 @@ TEST(Units, ParseAndReject) {
     EXPECT_DOUBLE_EQ(parse_bandwidth("1.5TB/s", "--bandwidth"), 1.5e12);
     EXPECT_DOUBLE_EQ(parse_flops("15.7TFLOPS", "--peak"), 15.7e12);
     EXPECT_EQ(parse_sweep("1MiB..8MiB", parse_bytes, "--sweep").size(), 4u);
+    EXPECT_DOUBLE_EQ(parse_seconds("10us", "--overhead"), 1e-5);
+    EXPECT_DOUBLE_EQ(parse_seconds("0", "--overhead"), 0);
+    test::expect_error([] { parse_seconds("10", "--overhead"); }, "--overhead: unknown unit ''");
     EXPECT_EQ(parse_sweep("1MiB,3MiB", parse_bytes, "--sweep")[1], 3 * MiB);
     test::expect_error([] { parse_bytes("32XB", "--capacity"); }, "--capacity: unknown unit 'XB' in '32XB'");
     test::expect_error([] { parse_bytes("lots", "--capacity"); }, "--capacity: 'lots' is not a quantity");

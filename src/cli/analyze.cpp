@@ -22,7 +22,7 @@ namespace {
 
 struct AnalyzeFlags {
     NetOptions net;
-    std::string capacity, bandwidth, peak, peak_bf16, device, csv;
+    std::string capacity, bandwidth, peak, peak_bf16, device, csv, overhead;
     std::vector<std::string> sweeps;
     bool json = false, layers = false;
 };
@@ -99,6 +99,7 @@ void add_analyze(CLI::App& app) {
     cmd->add_option("--bandwidth", f->bandwidth, "off-chip bandwidth, e.g. 900GB/s");
     cmd->add_option("--peak", f->peak, "peak f32 compute, e.g. 15.7TFLOPS");
     cmd->add_option("--peak-bf16", f->peak_bf16, "peak bf16 compute (default: the f32 peak)");
+    cmd->add_option("--overhead", f->overhead, "fixed time per node, e.g. 10us (joule probe measures it); default 0");
     cmd->add_option("--sweep", f->sweeps, "capacity=1MiB..256MiB or bandwidth=100GB/s..1600GB/s (x2 steps) or a,b,c lists");
     cmd->add_flag("--layers", f->layers, "per-node table (or nodes in --json)");
     cmd->add_option("--csv", f->csv, "sweep / totals as CSV to this file ('-': stdout)");
@@ -119,6 +120,7 @@ void add_analyze(CLI::App& app) {
         if (!f->capacity.empty()) cfg.capacity_bytes = predict::parse_bytes(f->capacity, "--capacity"), have_capacity = true;
         if (!f->bandwidth.empty()) cfg.bandwidth_bytes_per_s = predict::parse_bandwidth(f->bandwidth, "--bandwidth"), have_bandwidth = true;
         if (!f->peak.empty()) cfg.peak_f32_flops = predict::parse_flops(f->peak, "--peak"), have_peak = true;
+        if (!f->overhead.empty()) cfg.node_overhead_s = predict::parse_seconds(f->overhead, "--overhead");
         if (!f->peak_bf16.empty()) cfg.peak_bf16_flops = predict::parse_flops(f->peak_bf16, "--peak-bf16");
         std::vector<double> capacities = {cfg.capacity_bytes}, bandwidths = {cfg.bandwidth_bytes_per_s};
         bool swept = false;

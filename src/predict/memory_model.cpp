@@ -122,6 +122,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
     if (cfg.capacity_bytes < 0) throw Error("on-chip capacity must not be negative");
     if (cfg.bandwidth_bytes_per_s <= 0) throw Error("off-chip bandwidth must be positive");
     if (cfg.peak_f32_flops <= 0) throw Error("peak compute must be positive");
+    if (cfg.node_overhead_s < 0) throw Error("the per-node overhead must not be negative");
     const size_t nn = g.num_nodes(), nt = g.num_tensors();
     const double C = cfg.capacity_bytes;
     // uses[t]: nodes reading t, in order
@@ -285,7 +286,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         const Node& n = g.node(np.node);
         np.compute_s = np.flops / cfg.peak(n.compute);
         np.memory_s = (np.read_bytes + np.write_bytes) / cfg.bandwidth_bytes_per_s;
-        np.time_s = std::max(np.compute_s, np.memory_s);
+        np.time_s = std::max(np.compute_s, np.memory_s) + cfg.node_overhead_s;
         np.utilisation = np.time_s > 0 ? np.compute_s / np.time_s : 0;
         p.read_bytes += np.read_bytes;
         p.write_bytes += np.write_bytes;

@@ -15,7 +15,8 @@
 //   ceil(N/Tn) (A) or ceil(M/Tm) (B) times, partial sums spill when Tk < K;
 // - streaming ops read what is not on chip once (BatchNorm twice when its input does not fit: statistics,
 //   then normalisation).
-// Per node: time = max(compute, memory), compute = FLOPs / peak(precision), memory = bytes / bandwidth.
+// Per node: time = max(compute, memory) + a fixed overhead, compute = FLOPs / peak(precision), memory =
+// bytes / bandwidth.
 #pragma once
 
 #include <string>
@@ -34,6 +35,7 @@ struct MemoryConfig {
     // Mixed precision: activations and gradients stored in bf16 (2 bytes), parameters and optimizer
     // state in f32. false: every tensor as the graph stores it (f32 in joule).
     bool bf16_activations = false;
+    double node_overhead_s = 0;  // fixed time added to every node (launch, synchronisation)
     double peak(DType t) const;
 };
 

@@ -50,6 +50,11 @@ double parse_flops(const std::string& s, const std::string& what) {
     return parse_with(s, what, {{"TFLOPS", 1e12}, {"GFLOPS", 1e9}, {"PFLOPS", 1e15}, {"FLOPS", 1}, {"TFLOP/s", 1e12}, {"GFLOP/s", 1e9}}, "15.7TFLOPS");
 }
 
+double parse_seconds(const std::string& s, const std::string& what) {
+    if (s == "0") return 0;
+    return parse_with(s, what, {{"us", 1e-6}, {"ns", 1e-9}, {"ms", 1e-3}, {"s", 1}}, "10us");
+}
+
 std::vector<double> parse_sweep(const std::string& s, double (*parse)(const std::string&, const std::string&), const std::string& what) {
     std::vector<double> out;
     const auto dots = s.find("..");

@@ -11,6 +11,7 @@ namespace joule::predict {
 double parse_bytes(const std::string& s, const std::string& what);
 double parse_bandwidth(const std::string& s, const std::string& what);  // bytes per second
 double parse_flops(const std::string& s, const std::string& what);      // FLOP per second
+double parse_seconds(const std::string& s, const std::string& what);    // 10us, 2ms, 0.5s
 // "lo..hi" doubles from lo until hi (inclusive); "a,b,c" as listed; a single value.
 std::vector<double> parse_sweep(const std::string& s, double (*parse)(const std::string&, const std::string&), const std::string& what);
 

@@ -20,6 +20,7 @@ struct ProbeResult {
     int threads = 0;
     double copy_gbps = 0, triad_gbps = 0;          // STREAM copy (16 B/element moved) and triad (24 B/element)
     double gemm_gflops_f32 = 0, gemm_gflops_bf16 = 0;
+    double op_overhead_s = 0;  // one tiny oneDNN primitive run and waited for: the fixed cost of a node
     int64_t gemm_size = 0;
     double array_bytes = 0;
 };
