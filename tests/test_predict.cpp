@@ -116,7 +116,7 @@ TEST(MemoryModel, ForwardBackwardReuseWhenEverythingFits) {
     double persistent_in = 0, updated = 0;
     for (const Tensor& t : g.tensors()) {
         if (t.role == TensorRole::Parameter || t.role == TensorRole::State) updated += double(t.desc.bytes());
-        if (t.role != TensorRole::Activation && t.role != TensorRole::Gradient) persistent_in += double(t.desc.bytes());
+        if (persists(t.role)) persistent_in += double(t.desc.bytes());
     }
     const IterationPrediction p = predict_iteration(g, hw(64 * MiB));
     // every persistent tensor is read once; parameters and momentum are written back once; no

@@ -25,6 +25,9 @@ constexpr int32_t kNone = -1;
 enum class TensorRole : uint8_t { Input, Label, Parameter, State, Constant, Activation, Gradient };
 enum class Phase : uint8_t { Forward, Loss, Backward, Update };
 const char* role_name(TensorRole r);
+// Tensors that outlive an iteration (inputs, labels, parameters, state, constants); activations and
+// gradients live only between their producer and their last reader.
+inline bool persists(TensorRole r) { return r != TensorRole::Activation && r != TensorRole::Gradient; }
 const char* phase_name(Phase p);
 
 // How a parameter, state or constant tensor is initialised.

@@ -16,10 +16,6 @@ struct Access {
     int32_t node;
 };
 
-bool persistent(TensorRole r) {
-    return r == TensorRole::Parameter || r == TensorRole::State || r == TensorRole::Constant || r == TensorRole::Input || r == TensorRole::Label;
-}
-
 }  // namespace
 
 SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double block_bytes) {
@@ -35,7 +31,7 @@ SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double
     std::vector<bool> block_persistent(static_cast<size_t>(base[nt]), false);
     std::vector<double> size(static_cast<size_t>(base[nt]), bb);  // the last block of a tensor holds the rest
     for (size_t t = 0; t < nt; ++t) {
-        if (persistent(g.tensor(TensorId(t)).role)) std::fill(block_persistent.begin() + base[t], block_persistent.begin() + base[t + 1], true);
+        if (persists(g.tensor(TensorId(t)).role)) std::fill(block_persistent.begin() + base[t], block_persistent.begin() + base[t + 1], true);
         size[size_t(base[t + 1] - 1)] = stored_bytes(g, TensorId(t), cfg) - bb * double(blocks[t] - 1);
     }
 

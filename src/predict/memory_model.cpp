@@ -22,10 +22,6 @@ std::vector<double> candidates(double d) {
     return c;
 }
 
-bool persistent(TensorRole r) {
-    return r == TensorRole::Parameter || r == TensorRole::State || r == TensorRole::Constant || r == TensorRole::Input || r == TensorRole::Label;
-}
-
 }  // namespace
 
 double stored_bytes(const Graph& g, TensorId t, const MemoryConfig& cfg) {
@@ -51,7 +47,6 @@ bool gemm_shape(const Graph& g, NodeId id, GemmShape* out, const MemoryConfig& c
             const Shape &xs = dims(x), &ws = dims(w), &ys = dims(y);
             const double groups = double(a.groups), rows_y = double(ys[0] * ys[2] * ys[3]), rows_x = double(xs[0] * xs[2] * xs[3]);
             const double oc = double(ws[0]) / groups, kk = double(ws[1] * ws[2] * ws[3]);
-            s.count = groups;
             if (n.kind == OpKind::Conv2d) s = {rows_y, oc, kk, groups, x, w, y};
             else if (n.kind == OpKind::ConvBackwardData) s = {rows_x, double(ws[1]), oc * double(ws[2] * ws[3]), groups, y, w, x};
             else s = {oc, kk, rows_y, groups, y, x, w};
@@ -147,7 +142,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         auto it = resident.find(t);
         return it == resident.end() ? 0.0 : it->second.bytes;
     };
-    auto needed_later = [&](TensorId t, int64_t now) { return next_use(t, now) != kNever || persistent(g.tensor(t).role); };
+    auto needed_later = [&](TensorId t, int64_t now) { return next_use(t, now) != kNever || persists(g.tensor(t).role); };
     // Drops `amount` bytes of t from the buffer, writing them back when dirty and still needed.
     auto evict = [&](TensorId t, double amount, int64_t now, NodePrediction& np) {
         Entry& e = resident.at(t);
@@ -179,8 +174,6 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         NodePrediction& np = p.nodes[i];
         np.node = id;
         np.flops = node_cost(g, id).flops;
-        std::vector<TensorId> operands = n.inputs;
-        operands.insert(operands.end(), n.outputs.begin(), n.outputs.end());
         std::vector<std::pair<TensorId, bool>> touched;  // (tensor, dirty) seen whole by this node
         const bool is_update = op_info(n.kind).category == OpCategory::Update;
         GemmShape gs;
@@ -204,7 +197,8 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             // Evicting for tile space costs a write-back and a re-read of what leaves. Tried: freeing up to
             // 1/256 .. 1/4 of the buffer, either sparing the node's whole operands or not (furthest next
             // use first); the cheapest plan wins.
-            std::vector<TensorId> whole_operands;
+            std::vector<TensorId> operands = n.inputs, whole_operands;
+            operands.insert(operands.end(), n.outputs.begin(), n.outputs.end());
             for (const auto& [x, e] : resident)
                 if (std::find(operands.begin(), operands.end(), x) != operands.end() && e.bytes >= stored_bytes(g, x, cfg)) whole_operands.push_back(x);
             double best_cost = t.read_bytes + t.write_bytes, best_need = 0;
@@ -266,7 +260,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         }
         for (auto it = resident.begin(); it != resident.end();) {  // no further use: leave (persistent dirty ones written back)
             if (next_use(it->first, now) == kNever) {
-                if (it->second.dirty && persistent(g.tensor(it->first).role)) np.write_bytes += it->second.bytes;
+                if (it->second.dirty && persists(g.tensor(it->first).role)) np.write_bytes += it->second.bytes;
                 used -= it->second.bytes;
                 it = resident.erase(it);
             } else {
@@ -279,7 +273,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
     // end of the iteration: dirty parameters and state go back to DRAM
     if (nn > 0)
         for (const auto& [t, e] : resident)
-            if (e.dirty && persistent(g.tensor(t).role)) p.nodes.back().write_bytes += e.bytes;
+            if (e.dirty && persists(g.tensor(t).role)) p.nodes.back().write_bytes += e.bytes;
 
     double max_bw = 0;
     for (NodePrediction& np : p.nodes) {

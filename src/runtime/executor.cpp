@@ -43,10 +43,7 @@ Executor::~Executor() = default;
 void Executor::allocate(const ExecutorOptions& opts) {
     const size_t nt = g_.num_tensors(), nn = g_.num_nodes();
     std::vector<bool> owned(nt, false);
-    for (size_t t = 0; t < nt; ++t) {
-        const TensorRole r = g_.tensor(TensorId(t)).role;
-        owned[t] = r != TensorRole::Activation && r != TensorRole::Gradient;
-    }
+    for (size_t t = 0; t < nt; ++t) owned[t] = persists(g_.tensor(TensorId(t)).role);
     for (TensorId t : opts.keep) owned[size_t(t)] = true;
     // Last node reading each pooled tensor (its producer when nothing reads it).
     std::vector<int64_t> last(nt, -1);
