@@ -159,6 +159,43 @@ TEST(Cli, AnalyzeModelsAndSweeps) {
     EXPECT_NE(r.out.find("sweep (modelled"), std::string::npos) << r.out;
 }
 
+TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
+    const std::string db = temp_path("cal.db"), eff = temp_path("eff.yaml");
+    const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS --overhead 4us";
+    Result r = run("profile --db " + db + " --batch 2,4 --threads 1 --iters 1 --warmup 1 --meter modelled");
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run("calibrate --db " + db + " --out " + eff + hw);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("wrote " + eff), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("ConvBackwardWeights"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("in-sample check"), std::string::npos) << r.out;
+    const auto c = run_json("calibrate --db " + db + " --out " + eff + " --exclude lenet5:4 --json" + hw);
+    ASSERT_EQ(c["configs"].size(), 1u);
+    EXPECT_EQ(c["configs"][0]["batch"], 2);
+    EXPECT_GE(c["calibrated_mean_abs_error"].get<double>(), 0);
+    EXPECT_TRUE(c["kinds"].contains("Conv2d"));
+    // the file's hardware is analyze's default; every lenet5 node kind is calibrated
+    const auto a = run_json("analyze --net lenet5 --batch 4 --efficiency " + eff + " --layers --json");
+    const auto& res = a["results"][0];
+    EXPECT_EQ(res["time_model"], "calibrated");
+    EXPECT_EQ(res["efficiency_file"], eff);
+    EXPECT_EQ(res["calibrated_nodes"], res["nodes"].size());
+    EXPECT_DOUBLE_EQ(res["bandwidth_bytes_per_second"].get<double>(), 20e9);
+    EXPECT_TRUE(res["nodes"][0]["calibrated"].get<bool>());
+    const auto roof = run_json("analyze --net lenet5 --batch 4 --json" + hw);
+    EXPECT_EQ(roof["results"][0]["time_model"], "roofline");
+    EXPECT_DOUBLE_EQ(roof["results"][0]["read_bytes"].get<double>(), res["read_bytes"].get<double>());
+    r = run("analyze --net lenet5 --batch 4 --efficiency " + eff + " --bandwidth 40GB/s");  // a what-if over the calibrated machine
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("node times: efficiency curves from " + eff), std::string::npos) << r.out;
+    expect_failure("calibrate --db " + temp_path("none.db") + hw, "no such database");
+    expect_failure("calibrate --db " + db + " --out " + eff, "joule calibrate needs the hardware");
+    expect_failure("calibrate --db " + db + " --exclude lenet5" + hw, "no profiled configuration left");
+    expect_failure("calibrate --db " + db + " --image-size 32" + hw, "was profiled as");
+    expect_failure("calibrate --db " + db + " --out /nonexistent/dir/e.yaml" + hw, "cannot write the efficiency file");
+    expect_failure("analyze --net lenet5 --efficiency /nonexistent/e.yaml", "cannot open the efficiency file");
+}
+
 TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     const auto j = run_json("probe --array-mib 8 --gemm-size 128 --repeats 1 --threads 1 --json");
     EXPECT_EQ(j["kind"], "measured");

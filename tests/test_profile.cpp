@@ -1,5 +1,6 @@
 // profile/: the SQLite store (schema, migration from version 1, two processes writing at once, corrupt
-// and foreign files), incremental sweeps whose energies add up, derived metrics, list parsing.
+// and foreign files), incremental sweeps whose energies add up, derived metrics, list parsing, and
+// calibration samples paired node by node with the rebuilt training graph.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 
 #include "graph/error.hpp"
+#include "profile/calibrate.hpp"
 #include "profile/report.hpp"
 #include "profile/store.hpp"
 #include "profile/sweep.hpp"
@@ -215,6 +217,61 @@ TEST(Sweep, ParsesLists) {
     o.nets = {"lenet5", "nope"};
     Store db(temp_db("bad.db"));
     test::expect_error([&] { run_sweep(db, o); }, "unknown network 'nope'");
+}
+
+TEST(Calibration, PairsRecordsWithTheRebuiltGraph) {
+    const std::string p = temp_db("calibrate.db");
+    Store db(p);
+    SweepOptions o;
+    o.nets = {"lenet5"};
+    o.batches = {2, 4};
+    o.threads = {1};
+    o.iters = 1;
+    o.warmup = 1;
+    o.meter = "modelled";
+    ASSERT_EQ(run_sweep(db, o), 2);
+    predict::MemoryConfig hw;
+    hw.capacity_bytes = 1 << 20, hw.bandwidth_bytes_per_s = 20e9, hw.peak_f32_flops = 100e9;
+    const CalibrationSet set = calibration_samples(db, hw, {});
+    ASSERT_EQ(set.configs.size(), 2u);
+    ASSERT_EQ(set.first_sample.size(), 2u);
+    const ProfiledModel pm = profiled_model("lenet5", 2, DType::F32, 0, 128);
+    const Graph& g = pm.train.graph;
+    ASSERT_EQ(set.samples.size(), 2 * g.num_nodes());
+    EXPECT_EQ(set.first_sample[1], g.num_nodes());
+    const std::vector<NodeRecord> rec = db.nodes(set.configs[0].key);
+    size_t gemms = 0;
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const predict::EfficiencySample& s = set.samples[i];
+        EXPECT_EQ(s.key, predict::efficiency_key(g, NodeId(i)));
+        EXPECT_DOUBLE_EQ(s.measured_s, rec[i].time_s);
+        EXPECT_DOUBLE_EQ(s.step_s, set.configs[0].step_s);
+        EXPECT_GE(s.memory_s, 0);
+        gemms += s.m > 0;
+    }
+    EXPECT_EQ(gemms, 14u);  // 5 conv / linear layers x (forward, backward data, backward weights), no data gradient for conv1
+    const predict::EfficiencyModel e = predict::fit_efficiency(set.samples);
+    EXPECT_TRUE(e.kinds.at("Conv2d").gemm);
+    EXPECT_EQ(e.kinds.at("SgdUpdate").samples, 20);  // 10 parameters x 2 configurations
+    CalibrationOptions held;
+    held.exclude = {"lenet5:4"};
+    EXPECT_EQ(calibration_samples(db, hw, held).configs.size(), 1u);
+    held.exclude = {"lenet5"};
+    test::expect_error([&] { calibration_samples(db, hw, held); }, "no profiled configuration left");
+    held.exclude = {"lenet6"};
+    test::expect_error([&] { calibration_samples(db, hw, held); }, "unknown network 'lenet6'");
+    held.exclude = {"lenet5:x"};
+    test::expect_error([&] { calibration_samples(db, hw, held); }, "'x' is not a positive integer");
+    CalibrationOptions other_size;
+    other_size.image_size = 32;
+    test::expect_error([&] { calibration_samples(db, hw, other_size); }, "calibrate with the --image-size / --seq-len the sweep used");
+    o.threads = {2};
+    o.batches = {2};
+    ASSERT_EQ(run_sweep(db, o), 1);
+    test::expect_error([&] { calibration_samples(db, hw, {}); }, "records for several thread counts");
+    CalibrationOptions two;
+    two.threads = 2;
+    EXPECT_EQ(calibration_samples(db, hw, two).configs.size(), 1u);
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include "cli/commands.hpp"
 #include "graph/autodiff.hpp"
 #include "graph/error.hpp"
-#include "hw/device_spec.hpp"
 #include "predict/memory_model.hpp"
 #include "predict/units.hpp"
 #include "report/table.hpp"
@@ -22,7 +21,8 @@ namespace {
 
 struct AnalyzeFlags {
     NetOptions net;
-    std::string capacity, bandwidth, peak, peak_bf16, device, csv, overhead;
+    HardwareOptions hw;
+    std::string csv;
     std::vector<std::string> sweeps;
     bool json = false, layers = false;
 };
@@ -45,7 +45,11 @@ void print_single(const Graph& g, const predict::IterationPrediction& p, const p
               << fixed(p.time_s * 1e3, 3) << " ms (compute alone " << fixed(p.compute_s * 1e3, 3) << " ms, utilisation " << fixed(100 * p.utilisation, 1)
               << " %); bandwidth demand average " << fixed(p.avg_bandwidth_bytes_per_s / 1e9, 1) << " GB/s, peak "
               << fixed(p.peak_bandwidth_bytes_per_s / 1e9, 1) << " GB/s; peak buffer occupancy " << bytes_str(p.peak_occupancy_bytes) << " of "
-              << bytes_str(c.capacity_bytes) << "\n\n";
+              << bytes_str(c.capacity_bytes) << "\n";
+    if (c.efficiency)
+        std::cout << "node times: efficiency curves from " << c.efficiency->path << " for " << p.calibrated_nodes << " of " << p.nodes.size()
+                  << " nodes, the roofline for the rest\n";
+    std::cout << "\n";
     Table t({"layer type", "GFLOP", "traffic", "traffic share", "time share", "FLOP/B", "roofline GFLOP/s", "bound"});
     const double traffic = p.read_bytes + p.write_bytes;
     for (const auto& [name, v] : by_type(g, p)) {
@@ -76,12 +80,19 @@ nlohmann::json to_json(const Graph& g, const predict::IterationPrediction& p, co
                         {"write_bytes", p.write_bytes}, {"flops", p.flops}, {"seconds", p.time_s}, {"compute_seconds", p.compute_s},
                         {"utilisation", p.utilisation}, {"average_bandwidth_bytes_per_second", p.avg_bandwidth_bytes_per_s},
                         {"peak_bandwidth_bytes_per_second", p.peak_bandwidth_bytes_per_s}, {"peak_occupancy_bytes", p.peak_occupancy_bytes},
-                        {"by_layer_type", types}};
+                        {"by_layer_type", types}, {"time_model", c.efficiency ? "calibrated" : "roofline"},
+                        {"calibrated_nodes", p.calibrated_nodes}};
+    if (c.efficiency) j["efficiency_file"] = c.efficiency->path;
     if (layers)
-        for (const auto& x : p.nodes)
-            j["nodes"].push_back({{"id", x.node}, {"name", g.node(x.node).name}, {"op", op_name(g.node(x.node).kind)}, {"read_bytes", x.read_bytes},
-                                  {"write_bytes", x.write_bytes}, {"seconds", x.time_s}, {"utilisation", x.utilisation}, {"tiling", x.tiling},
-                                  {"occupancy_bytes", x.occupancy_bytes}});
+        for (const auto& x : p.nodes) {
+            nlohmann::json node = {{"id", x.node}, {"name", g.node(x.node).name}, {"op", op_name(g.node(x.node).kind)}, {"read_bytes", x.read_bytes},
+                                   {"write_bytes", x.write_bytes}, {"flops", x.flops}, {"compute_seconds", x.compute_s}, {"memory_seconds", x.memory_s},
+                                   {"seconds", x.time_s}, {"utilisation", x.utilisation}, {"tiling", x.tiling}, {"occupancy_bytes", x.occupancy_bytes},
+                                   {"calibrated", x.calibrated}};
+            predict::GemmShape s;
+            if (predict::gemm_shape(g, x.node, &s)) node["gemm"] = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"count", s.count}};
+            j["nodes"].push_back(node);
+        }
     return j;
 }
 
@@ -94,45 +105,24 @@ void add_analyze(CLI::App& app) {
     f->net.optimizer = "sgd";
     auto* cmd = app.add_subcommand("analyze", "model a training iteration's off-chip traffic, time and bandwidth for a buffer capacity and bandwidth");
     add_net_options(*cmd, f->net, false);
-    cmd->add_option("--device", f->device, "a data/hw spec (name or path) giving capacity, bandwidth and peaks");
-    cmd->add_option("--capacity", f->capacity, "on-chip buffer capacity, e.g. 32MiB");
-    cmd->add_option("--bandwidth", f->bandwidth, "off-chip bandwidth, e.g. 900GB/s");
-    cmd->add_option("--peak", f->peak, "peak f32 compute, e.g. 15.7TFLOPS");
-    cmd->add_option("--peak-bf16", f->peak_bf16, "peak bf16 compute (default: the f32 peak)");
-    cmd->add_option("--overhead", f->overhead, "fixed time per node, e.g. 10us (joule probe measures it); default 0");
+    add_hardware_options(*cmd, f->hw, true);
     cmd->add_option("--sweep", f->sweeps, "capacity=1MiB..256MiB or bandwidth=100GB/s..1600GB/s (x2 steps) or a,b,c lists");
     cmd->add_flag("--layers", f->layers, "per-node table (or nodes in --json)");
     cmd->add_option("--csv", f->csv, "sweep / totals as CSV to this file ('-': stdout)");
     cmd->add_flag("--json", f->json, "machine-readable output");
     cmd->callback([f] {
-        predict::MemoryConfig cfg;
-        bool have_capacity = false, have_bandwidth = false, have_peak = false;
-        if (!f->device.empty()) {
-            const hw::DeviceSpec d = f->device.find('/') != std::string::npos || f->device.ends_with(".yaml")
-                                         ? hw::load_device_spec(f->device)
-                                         : hw::load_device_spec(hw::spec_dir() + "/" + f->device + ".yaml");
-            if (d.onchip_kib <= 0 || d.mem_bandwidth_gbps <= 0 || d.peak_f32_gflops <= 0)
-                throw Error(d.path + ": --device needs onchip_kib, mem_bandwidth_gbps and peak_f32_gflops");
-            cfg.capacity_bytes = d.onchip_kib * 1024, cfg.bandwidth_bytes_per_s = d.mem_bandwidth_gbps * 1e9, cfg.peak_f32_flops = d.peak_f32_gflops * 1e9;
-            cfg.peak_bf16_flops = d.peak_bf16_gflops * 1e9;
-            have_capacity = have_bandwidth = have_peak = true;
-        }
-        if (!f->capacity.empty()) cfg.capacity_bytes = predict::parse_bytes(f->capacity, "--capacity"), have_capacity = true;
-        if (!f->bandwidth.empty()) cfg.bandwidth_bytes_per_s = predict::parse_bandwidth(f->bandwidth, "--bandwidth"), have_bandwidth = true;
-        if (!f->peak.empty()) cfg.peak_f32_flops = predict::parse_flops(f->peak, "--peak"), have_peak = true;
-        if (!f->overhead.empty()) cfg.node_overhead_s = predict::parse_seconds(f->overhead, "--overhead");
-        if (!f->peak_bf16.empty()) cfg.peak_bf16_flops = predict::parse_flops(f->peak_bf16, "--peak-bf16");
+        Hardware hw = resolve_hardware(f->hw);
+        predict::MemoryConfig& cfg = hw.config;
         std::vector<double> capacities = {cfg.capacity_bytes}, bandwidths = {cfg.bandwidth_bytes_per_s};
         bool swept = false;
         for (const std::string& s : f->sweeps) {
             const auto eq = s.find('=');
             const std::string key = s.substr(0, eq), range = eq == std::string::npos ? "" : s.substr(eq + 1);
-            if (key == "capacity") capacities = predict::parse_sweep(range, predict::parse_bytes, "--sweep capacity"), have_capacity = swept = true;
-            else if (key == "bandwidth") bandwidths = predict::parse_sweep(range, predict::parse_bandwidth, "--sweep bandwidth"), have_bandwidth = swept = true;
+            if (key == "capacity") capacities = predict::parse_sweep(range, predict::parse_bytes, "--sweep capacity"), hw.capacity = swept = true;
+            else if (key == "bandwidth") bandwidths = predict::parse_sweep(range, predict::parse_bandwidth, "--sweep bandwidth"), hw.bandwidth = swept = true;
             else throw Error("--sweep '" + s + "': expected capacity=RANGE or bandwidth=RANGE");
         }
-        if (!have_capacity || !have_bandwidth || !have_peak)
-            throw Error("joule analyze needs the hardware", "pass --device NAME, or --capacity, --bandwidth and --peak (e.g. --capacity 6MiB --bandwidth 900GB/s --peak 15.7TFLOPS)");
+        hw.require("joule analyze");
         zoo::NetConfig nc;
         nc.batch = f->net.batch, nc.image_size = f->net.image_size, nc.seq_len = f->net.seq_len;
         zoo::Model m = zoo::build(f->net.net, nc);

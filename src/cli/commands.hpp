@@ -3,6 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
+
+#include "predict/efficiency.hpp"
+#include "predict/memory_model.hpp"
 
 namespace joule::cli {
 
@@ -12,6 +16,7 @@ void add_inspect(CLI::App& app);
 void add_profile(CLI::App& app);
 void add_analyze(CLI::App& app);
 void add_probe(CLI::App& app);
+void add_calibrate(CLI::App& app);
 
 // Options shared by commands that build a net.
 struct NetOptions {
@@ -23,5 +28,19 @@ struct NetOptions {
     std::string dtype = "f32";
 };
 void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional);
+
+// The modelled machine for analyze and calibrate: a data/hw device, explicit figures over it, and (analyze)
+// an efficiency file whose hardware is the default.
+struct HardwareOptions {
+    std::string device, capacity, bandwidth, peak, peak_bf16, overhead, efficiency;
+};
+void add_hardware_options(CLI::App& cmd, HardwareOptions& o, bool with_efficiency);
+struct Hardware {
+    predict::MemoryConfig config;
+    bool capacity = false, bandwidth = false, peak = false;  // given (by a flag, the device or the efficiency file)
+    std::shared_ptr<predict::EfficiencyModel> efficiency;   // loaded --efficiency; config.efficiency points to it
+    void require(const std::string& command) const;          // Error when capacity, bandwidth or peak is missing
+};
+Hardware resolve_hardware(const HardwareOptions& o);
 
 }  // namespace joule::cli

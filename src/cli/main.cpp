@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     joule::cli::add_profile(app);
     joule::cli::add_analyze(app);
     joule::cli::add_probe(app);
+    joule::cli::add_calibrate(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "graph/error.hpp"
+#include "predict/efficiency.hpp"
 
 namespace joule::predict {
 
@@ -281,6 +282,14 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         np.compute_s = np.flops / cfg.peak(n.compute);
         np.memory_s = (np.read_bytes + np.write_bytes) / cfg.bandwidth_bytes_per_s;
         np.time_s = std::max(np.compute_s, np.memory_s) + cfg.node_overhead_s;
+        if (cfg.efficiency)
+            if (const KindEfficiency* k = cfg.efficiency->find(efficiency_key(g, np.node))) {
+                GemmShape s;
+                if (!gemm_shape(g, np.node, &s)) s = {};
+                np.time_s = k->seconds(np.compute_s, np.memory_s, s.m, s.n, s.k);
+                np.calibrated = true;
+                ++p.calibrated_nodes;
+            }
         np.utilisation = np.time_s > 0 ? np.compute_s / np.time_s : 0;
         p.read_bytes += np.read_bytes;
         p.write_bytes += np.write_bytes;

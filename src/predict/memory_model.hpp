@@ -16,7 +16,8 @@
 // - streaming ops read what is not on chip once (BatchNorm twice when its input does not fit: statistics,
 //   then normalisation).
 // Per node: time = max(compute, memory) + a fixed overhead, compute = FLOPs / peak(precision), memory =
-// bytes / bandwidth.
+// bytes / bandwidth — the roofline. With efficiency curves fitted from profile records of a machine
+// (predict/efficiency.hpp), a node of a calibrated kind takes the curve's time instead.
 #pragma once
 
 #include <string>
@@ -27,6 +28,8 @@
 
 namespace joule::predict {
 
+struct EfficiencyModel;
+
 struct MemoryConfig {
     double capacity_bytes = 32.0 * (1 << 20);
     double bandwidth_bytes_per_s = 900e9;
@@ -36,6 +39,7 @@ struct MemoryConfig {
     // state in f32. false: every tensor as the graph stores it (f32 in joule).
     bool bf16_activations = false;
     double node_overhead_s = 0;  // fixed time added to every node (launch, synchronisation)
+    const EfficiencyModel* efficiency = nullptr;  // calibrated node times (not owned); null: roofline
     double peak(DType t) const;
 };
 
@@ -49,6 +53,7 @@ struct NodePrediction {
     double compute_s = 0, memory_s = 0, time_s = 0;
     double utilisation = 0;     // compute_s / time_s
     double occupancy_bytes = 0; // on-chip bytes held after the node
+    bool calibrated = false;    // time from an efficiency curve (else the roofline)
     std::string tiling;         // GEMM nodes: "Tm x Tn x Tk"
 };
 
@@ -59,6 +64,7 @@ struct IterationPrediction {
     double avg_bandwidth_bytes_per_s = 0, peak_bandwidth_bytes_per_s = 0;  // demand: bytes / time
     double utilisation = 0;            // compute_s / time_s
     double peak_occupancy_bytes = 0;
+    size_t calibrated_nodes = 0;
 };
 
 IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg);

@@ -32,14 +32,6 @@ MeanSpread stats(const std::vector<double>& v) {
     return m;
 }
 
-std::string shapes_of(const Graph& g, const Node& n) {
-    std::string s;
-    for (TensorId t : n.inputs) s += (s.empty() ? "" : " ") + desc_str(g.tensor(t).desc);
-    s += " ->";
-    for (TensorId t : n.outputs) s += " " + desc_str(g.tensor(t).desc);
-    return s;
-}
-
 // The per-layer-type bucket of the characterisation study / CNNLab tables.
 std::string bucket(OpCategory c) {
     switch (c) {
@@ -81,6 +73,25 @@ std::vector<int64_t> parse_int_list(const std::string& s, const std::string& fla
     return out;
 }
 
+std::string shapes_of(const Graph& g, const Node& n) {
+    std::string s;
+    for (TensorId t : n.inputs) s += (s.empty() ? "" : " ") + desc_str(g.tensor(t).desc);
+    s += " ->";
+    for (TensorId t : n.outputs) s += " " + desc_str(g.tensor(t).desc);
+    return s;
+}
+
+ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len) {
+    zoo::NetConfig cfg;
+    cfg.batch = batch;
+    cfg.image_size = image_size;
+    cfg.seq_len = seq_len;
+    ProfiledModel p{zoo::build(net, cfg), {}};
+    p.train = build_train_graph(std::move(p.model.graph), p.model.loss, OptimizerConfig::sgd(0.01f, 0.9f));
+    if (dtype != DType::F32) apply_compute_precision(p.train.graph, dtype);
+    return p;
+}
+
 int run_sweep(Store& store, const SweepOptions& o, const std::function<void(const SweepEvent&)>& on_event) {
     if (o.iters < 1) throw Error("--iters must be >= 1, got " + std::to_string(o.iters));
     std::optional<hw::DeviceSpec> spec;
@@ -113,13 +124,9 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                         if (on_event) on_event(ev);
                         continue;
                     }
-                    zoo::NetConfig cfg;
-                    cfg.batch = batch;
-                    cfg.image_size = o.image_size;
-                    cfg.seq_len = o.seq_len;
-                    zoo::Model m = zoo::build(net, cfg);
-                    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.01f, 0.9f));
-                    if (dtype != DType::F32) apply_compute_precision(tg.graph, dtype);
+                    ProfiledModel pm = profiled_model(net, batch, dtype, o.image_size, o.seq_len);
+                    const zoo::Model& m = pm.model;
+                    const TrainGraph& tg = pm.train;
                     const Graph& g = tg.graph;
                     Executor ex(g, backend, {{m.logits, tg.loss}, 1});
                     data::SyntheticData synth(1);

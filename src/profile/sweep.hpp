@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "graph/autodiff.hpp"
 #include "graph/tensor_desc.hpp"
 #include "profile/store.hpp"
 #include "runtime/energy_recorder.hpp"
+#include "zoo/zoo.hpp"
 
 namespace joule::profile {
 
@@ -36,6 +38,17 @@ struct SweepEvent {
     std::string meter_message;   // the meter line (when run)
     const ConfigRecord* record = nullptr;
 };
+
+// The training graph a sweep runs for one configuration (SGD with momentum, `dtype` on the GEMMs), so
+// that whoever reads the records (calibration) rebuilds exactly what was measured.
+struct ProfiledModel {
+    zoo::Model model;  // its graph moved into `train`; input, labels, logits, vocab stay
+    TrainGraph train;
+};
+ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len);
+
+// "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors, as stored.
+std::string shapes_of(const Graph& g, const Node& n);
 
 // Runs every configuration; returns how many were run (not skipped).
 int run_sweep(Store& store, const SweepOptions& o, const std::function<void(const SweepEvent&)>& on_event = {});

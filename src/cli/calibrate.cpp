@@ -1,0 +1,103 @@
+// `joule calibrate`: fits efficiency curves (predict/efficiency.hpp) from `joule profile` records against
+// the memory model's roofline on the given hardware, and writes them for `joule analyze --efficiency`.
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "graph/error.hpp"
+#include "profile/calibrate.hpp"
+#include "profile/sweep.hpp"
+#include "report/table.hpp"
+
+namespace joule::cli {
+
+namespace {
+
+struct CalibrateFlags {
+    HardwareOptions hw;
+    std::string db = "joule-profile.db", out = "joule-efficiency.yaml", nets, exclude;
+    int threads = 0;
+    int64_t image_size = 0, seq_len = 128;
+    bool json = false;
+};
+
+}  // namespace
+
+void add_calibrate(CLI::App& app) {
+    auto f = std::make_shared<CalibrateFlags>();
+    auto* cmd = app.add_subcommand("calibrate", "fit per-op efficiency curves from joule profile records for joule analyze --efficiency");
+    cmd->add_option("--db", f->db, "SQLite database written by joule profile")->capture_default_str();
+    cmd->add_option("--out", f->out, "efficiency file to write")->capture_default_str();
+    cmd->add_option("--net", f->nets, "comma-separated nets to fit from (default: every net in the database)");
+    cmd->add_option("--exclude", f->exclude, "comma-separated NET or NET:BATCH to hold out (e.g. resnet50 or resnet50:4)");
+    cmd->add_option("--threads", f->threads, "thread count of the records (0: the only one stored)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--image-size", f->image_size, "input size the sweep used (0: each net's default)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
+    add_hardware_options(*cmd, f->hw, false);
+    cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
+    cmd->callback([f] {
+        if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
+        const Hardware hw = resolve_hardware(f->hw);
+        hw.require("joule calibrate");
+        profile::CalibrationOptions o;
+        if (!f->nets.empty()) o.nets = profile::parse_list(f->nets, "--net");
+        if (!f->exclude.empty()) o.exclude = profile::parse_list(f->exclude, "--exclude");
+        o.threads = f->threads, o.image_size = f->image_size, o.seq_len = f->seq_len;
+        const profile::Store db(f->db);
+        const profile::CalibrationSet set = profile::calibration_samples(db, hw.config, o);
+        predict::EfficiencyModel model = predict::fit_efficiency(set.samples);
+        const predict::MemoryConfig& c = hw.config;
+        model.hardware = {c.capacity_bytes, c.bandwidth_bytes_per_s, c.peak_f32_flops, c.peak_bf16_flops, c.node_overhead_s};
+        model.fitted_from = f->db + ": " + std::to_string(set.configs.size()) + " configurations, threads " + std::to_string(set.configs.front().key.threads) +
+                            (o.exclude.empty() ? "" : ", excluding " + f->exclude);
+        predict::save_efficiency(model, f->out);
+
+        // In-sample check: the step each configuration measured against the roofline and the curves.
+        nlohmann::json configs = nlohmann::json::array();
+        Table t({"net", "batch", "dtype", "measured ms", "roofline ms", "error", "calibrated ms", "error"});
+        double roof_err = 0, cal_err = 0;
+        for (size_t i = 0; i < set.configs.size(); ++i) {
+            const size_t end = i + 1 < set.configs.size() ? set.first_sample[i + 1] : set.samples.size();
+            double roof = 0, cal = 0;
+            for (size_t j = set.first_sample[i]; j < end; ++j) {
+                const predict::EfficiencySample& s = set.samples[j];
+                roof += std::max(s.compute_s, s.memory_s) + c.node_overhead_s;
+                cal += model.kinds.at(s.key).seconds(s.compute_s, s.memory_s, s.m, s.n, s.k);
+            }
+            const profile::ConfigRecord& r = set.configs[i];
+            const double er = (roof - r.step_s) / r.step_s, ec = (cal - r.step_s) / r.step_s;
+            roof_err += std::fabs(er), cal_err += std::fabs(ec);
+            t.add({r.key.net, std::to_string(r.key.batch), r.key.dtype, fixed(r.step_s * 1e3, 2), fixed(roof * 1e3, 2), fixed(100 * er, 1) + " %",
+                   fixed(cal * 1e3, 2), fixed(100 * ec, 1) + " %"});
+            configs.push_back({{"net", r.key.net}, {"batch", r.key.batch}, {"dtype", r.key.dtype}, {"measured_seconds", r.step_s},
+                               {"roofline_seconds", roof}, {"calibrated_seconds", cal}});
+        }
+        const double n = double(set.configs.size());
+        if (f->json) {
+            nlohmann::json kinds;
+            for (const auto& [key, k] : model.kinds)
+                kinds[key] = {{"fixed_seconds", k.fixed_s}, {"compute_scale", k.compute_scale}, {"memory_scale", k.memory_scale}, {"half_m", k.half_m},
+                              {"half_n", k.half_n}, {"half_k", k.half_k}, {"samples", k.samples}, {"error", k.error}};
+            std::cout << nlohmann::json{{"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
+                                        {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n}}
+                             .dump(2)
+                      << '\n';
+            return;
+        }
+        std::cout << "calibrated from " << model.fitted_from << " (measured node times) against the roofline at " << bytes_str(c.capacity_bytes) << ", "
+                  << fixed(c.bandwidth_bytes_per_s / 1e9, 1) << " GB/s, " << fixed(c.peak_f32_flops / 1e9, 1) << " GFLOP/s\n"
+                  << "wrote " << f->out << "\n\n";
+        Table k({"kind", "nodes", "fixed us", "compute x", "memory x", "half M", "half N", "half K", "error"});
+        for (const auto& [key, e] : model.kinds)
+            k.add({key, std::to_string(e.samples), fixed(e.fixed_s * 1e6, 2), fixed(e.compute_scale, 3), fixed(e.memory_scale, 3),
+                   e.gemm ? fixed(e.half_m, 0) : "-", e.gemm ? fixed(e.half_n, 0) : "-", e.gemm ? fixed(e.half_k, 0) : "-", fixed(100 * e.error, 1) + " %"});
+        std::cout << "per kind: time = fixed + compute x (1 + half M/M)(1 + half N/N)(1 + half K/K) x roofline compute + memory x roofline memory\n";
+        k.print(std::cout);
+        std::cout << "\nin-sample check (the configurations fitted from; hold some out with --exclude to validate):\n";
+        t.print(std::cout);
+        std::cout << "mean absolute error: roofline " << fixed(100 * roof_err / n, 1) << " %, calibrated " << fixed(100 * cal_err / n, 1) << " %\n";
+    });
+}
+
+}  // namespace joule::cli

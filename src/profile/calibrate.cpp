@@ -1,0 +1,81 @@
+#include "profile/calibrate.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "graph/error.hpp"
+#include "profile/sweep.hpp"
+
+namespace joule::profile {
+
+namespace {
+
+bool excluded(const ConfigRecord& c, const std::vector<std::string>& exclude) {
+    for (const std::string& e : exclude)
+        if (e == c.key.net || e == c.key.net + ":" + std::to_string(c.key.batch)) return true;
+    return false;
+}
+
+}  // namespace
+
+CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig& hw, const CalibrationOptions& o) {
+    if (hw.efficiency) throw InternalError("calibration_samples needs the plain roofline (efficiency must be null)");
+    for (const std::string& e : o.exclude) {
+        const std::string net = e.substr(0, e.find(':'));
+        zoo::net_info(net);  // an unknown name is an error, not a silent no-op
+        if (e.find(':') != std::string::npos) parse_int_list(e.substr(e.find(':') + 1), "--exclude " + e);
+    }
+    std::vector<ConfigRecord> all = db.configs();
+    std::set<int> thread_counts;
+    for (const ConfigRecord& c : all)
+        if (c.key.device == "cpu") thread_counts.insert(c.key.threads);
+    int threads = o.threads;
+    if (threads == 0) {
+        if (thread_counts.size() > 1)
+            throw Error(db.path() + ": records for several thread counts", "choose one with --threads (calibration is per thread count)");
+        if (!thread_counts.empty()) threads = *thread_counts.begin();
+    }
+    CalibrationSet set;
+    std::set<std::string> seen;  // one meter kind per configuration: the times are the same measurement
+    for (const ConfigRecord& c : all) {
+        if (c.key.device != "cpu" || c.key.threads != threads) continue;
+        if (!o.nets.empty() && std::find(o.nets.begin(), o.nets.end(), c.key.net) == o.nets.end()) continue;
+        if (excluded(c, o.exclude)) continue;
+        const std::string id = c.key.net + " batch " + std::to_string(c.key.batch) + " " + c.key.dtype;
+        if (!seen.insert(id).second) continue;
+        const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), o.image_size, o.seq_len);
+        const Graph& g = pm.train.graph;
+        const std::vector<NodeRecord> rec = db.nodes(c.key);
+        const std::string where = db.path() + ": " + id;
+        if (rec.size() != g.num_nodes())
+            throw Error(where + ": " + std::to_string(rec.size()) + " node records, the rebuilt training graph has " + std::to_string(g.num_nodes()),
+                        "the records come from another joule version; profile again with --force");
+        for (size_t i = 0; i < rec.size(); ++i) {
+            const Node& n = g.node(NodeId(i));
+            const std::string shapes = shapes_of(g, n);
+            if (rec[i].node != n.name || rec[i].shapes != shapes)
+                throw Error(where + ": node " + std::to_string(i) + " was profiled as '" + rec[i].node + "' " + rec[i].shapes + ", rebuilt as '" + n.name + "' " + shapes,
+                            "calibrate with the --image-size / --seq-len the sweep used");
+        }
+        const predict::IterationPrediction p = predict::predict_iteration(g, hw);
+        set.first_sample.push_back(set.samples.size());
+        for (size_t i = 0; i < rec.size(); ++i) {
+            const predict::NodePrediction& np = p.nodes[i];
+            predict::EfficiencySample s;
+            s.key = predict::efficiency_key(g, NodeId(i));
+            s.compute_s = np.compute_s, s.memory_s = np.memory_s;
+            predict::GemmShape gs;
+            if (predict::gemm_shape(g, NodeId(i), &gs)) s.m = gs.m, s.n = gs.n, s.k = gs.k;
+            s.measured_s = rec[i].time_s;
+            s.step_s = c.step_s;
+            set.samples.push_back(s);
+        }
+        set.configs.push_back(c);
+    }
+    if (set.configs.empty())
+        throw Error(db.path() + ": no profiled configuration left to calibrate from (threads " + std::to_string(threads) + ", after --net / --exclude)",
+                    "run joule profile first, or exclude less");
+    return set;
+}
+
+}  // namespace joule::profile
