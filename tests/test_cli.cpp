@@ -194,6 +194,11 @@ TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     expect_failure("calibrate --db " + db + " --image-size 32" + hw, "was profiled as");
     expect_failure("calibrate --db " + db + " --out /nonexistent/dir/e.yaml" + hw, "cannot write the efficiency file");
     expect_failure("analyze --net lenet5 --efficiency /nonexistent/e.yaml", "cannot open the efficiency file");
+    expect_failure("analyze --net lenet5 --efficiency no-such-cpu", "efficiency/no-such-cpu.yaml: cannot open the efficiency file");
+    // the shipped curves of the development CPU load by name, with their hardware
+    const auto shipped = run_json("analyze --net resnet18 --batch 2 --efficiency cpu-amd-epyc-turin-2vcpu --json");
+    EXPECT_EQ(shipped["results"][0]["time_model"], "calibrated");
+    EXPECT_GT(shipped["results"][0]["calibrated_nodes"].get<int>(), 0);
 }
 
 TEST(Cli, ProbeMeasuresBandwidthAndPeak) {

@@ -48,7 +48,7 @@ void print_single(const Graph& g, const predict::IterationPrediction& p, const p
               << bytes_str(c.capacity_bytes) << "\n";
     if (c.efficiency)
         std::cout << "node times: efficiency curves from " << c.efficiency->path << " for " << p.calibrated_nodes << " of " << p.nodes.size()
-                  << " nodes, the roofline for the rest\n";
+                  << " nodes" << (p.calibrated_nodes < p.nodes.size() ? ", the roofline for the rest (kinds the records did not have)" : "") << "\n";
     std::cout << "\n";
     Table t({"layer type", "GFLOP", "traffic", "traffic share", "time share", "FLOP/B", "roofline GFLOP/s", "bound"});
     const double traffic = p.read_bytes + p.write_bytes;

@@ -15,7 +15,7 @@ void add_hardware_options(CLI::App& cmd, HardwareOptions& o, bool with_efficienc
     cmd.add_option("--overhead", o.overhead, "fixed time per node, e.g. 10us (joule probe measures it); default 0");
     if (with_efficiency)
         cmd.add_option("--efficiency", o.efficiency,
-                       "efficiency curves from joule calibrate: calibrated node times; its hardware is the default for the flags above");
+                       "efficiency curves (a file from joule calibrate, or a name in data/efficiency/): calibrated node times; its hardware is the default for the flags above");
 }
 
 void Hardware::require(const std::string& command) const {
@@ -28,7 +28,9 @@ Hardware resolve_hardware(const HardwareOptions& o) {
     Hardware h;
     predict::MemoryConfig& cfg = h.config;
     if (!o.efficiency.empty()) {
-        h.efficiency = std::make_shared<predict::EfficiencyModel>(predict::load_efficiency(o.efficiency));
+        const bool named = o.efficiency.find('/') == std::string::npos && !o.efficiency.ends_with(".yaml");
+        h.efficiency = std::make_shared<predict::EfficiencyModel>(
+            predict::load_efficiency(named ? hw::data_dir() + "/efficiency/" + o.efficiency + ".yaml" : o.efficiency));
         const predict::CalibrationHardware& c = h.efficiency->hardware;
         cfg.capacity_bytes = c.capacity_bytes, cfg.bandwidth_bytes_per_s = c.bandwidth_bytes_per_s, cfg.peak_f32_flops = c.peak_f32_flops;
         cfg.peak_bf16_flops = c.peak_bf16_flops, cfg.node_overhead_s = c.node_overhead_s;

@@ -81,10 +81,12 @@ DeviceSpec load_device_spec(const std::string& path) {
     return s;
 }
 
-std::string spec_dir() {
-    if (const char* d = std::getenv("JOULE_DATA_DIR")) return std::string(d) + "/hw";
-    return std::string(JOULE_SOURCE_DATA_DIR) + "/hw";
+std::string data_dir() {
+    if (const char* d = std::getenv("JOULE_DATA_DIR")) return d;
+    return JOULE_SOURCE_DATA_DIR;
 }
+
+std::string spec_dir() { return data_dir() + "/hw"; }
 
 std::vector<DeviceSpec> load_all_specs(const std::string& dir) {
     std::vector<DeviceSpec> specs;
