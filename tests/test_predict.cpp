@@ -107,6 +107,27 @@ TEST(MemoryModel, ChainThatDoesNotFitStreams) {
     for (const auto& n : p.nodes) EXPECT_LE(n.occupancy_bytes, 512 * KiB);
 }
 
+TEST(MemoryModel, BytesReadBackAfterAWriteBackAreClean) {
+    // a = relu(x), b = relu(a), c = a + b; 256 KiB tensors, 64 KiB buffer.
+    Graph g;
+    const TensorId x = g.input("x", {{64 * 1024}});
+    const TensorId a = g.add1(OpKind::Relu, NoAttrs{}, {x}, "a");
+    const TensorId b = g.add1(OpKind::Relu, NoAttrs{}, {a}, "b");
+    g.add1(OpKind::Add, NoAttrs{}, {a, b}, "c");
+    const IterationPrediction p = predict_iteration(g, hw(64 * KiB));
+    // node a: x streams in and dies; 192 KiB of a leave (written), 64 KiB stay, dirty
+    EXPECT_DOUBLE_EQ(p.nodes[0].read_bytes, 256 * KiB);
+    EXPECT_DOUBLE_EQ(p.nodes[0].write_bytes, 192 * KiB);
+    // node b: reads a's missing 192 KiB (clean: already in DRAM); then b (next use tied with a, higher id)
+    // leaves whole and dirty, and 192 KiB of a leave carrying their share of a's 64 KiB dirty bytes:
+    // 48 KiB. A tensor-wide dirty flag would write all 192 KiB a second time.
+    EXPECT_DOUBLE_EQ(p.nodes[1].read_bytes, 192 * KiB);
+    EXPECT_DOUBLE_EQ(p.nodes[1].write_bytes, 256 * KiB + 48 * KiB);
+    // node c: a's missing part and all of b come back; everything is dead after it
+    EXPECT_DOUBLE_EQ(p.nodes[2].read_bytes, 192 * KiB + 256 * KiB);
+    EXPECT_DOUBLE_EQ(p.nodes[2].write_bytes, 0);
+}
+
 TEST(MemoryModel, ForwardBackwardReuseWhenEverythingFits) {
     zoo::NetConfig cfg;
     cfg.batch = 4;
@@ -183,7 +204,7 @@ namespace joule::predict {
 namespace {
 
 // The analytical model against the trace-driven Belady simulation of the same schedule and tilings.
-// Target: within 5 %; measured (README): 10 of these 12 cases within 5 %, all within 9 %, mean 3 %.
+// Target: within 5 %; measured (README): all 12 within 3.7 %, mean 1.5 %, never below the simulation.
 struct SimCase {
     const char* net;
     int64_t batch, image, seq;
@@ -203,7 +224,7 @@ TEST_P(ModelVsSimulation, TrafficAgrees) {
     const double model = p.read_bytes + p.write_bytes, sim = s.read_bytes + s.write_bytes;
     EXPECT_GT(s.accesses, 0);
     EXPECT_GE(model, 0.99 * sim) << "the optimal buffer should not do worse than the model";
-    EXPECT_LE(std::fabs(model - sim) / sim, 0.10) << c.net << " at " << c.capacity << " B: model " << model << ", simulation " << sim;
+    EXPECT_LE(std::fabs(model - sim) / sim, 0.05) << c.net << " at " << c.capacity << " B: model " << model << ", simulation " << sim;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -2,6 +2,8 @@
 // Fashion-MNIST against the PyTorch 1.13 reference (bench/pytorch_lenet_reference.py).
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -149,20 +151,31 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Convergence, ::testing::Values(0, 1), [](const
 namespace joule {
 namespace {
 
-// A measured meter drawing 5 W idle and 25 W while `busy` is set.
+// A measured meter drawing 5 W idle and 25 W while busy; the energy is exact at every switch, so a
+// sampler thread delayed on a loaded machine does not move the edges.
 class ScriptedMeter : public energy::PowerMeter {
 public:
     const energy::MeterInfo& info() const override { return info_; }
     double joules() override {
-        const double t = energy::now_seconds();
-        j_ += (busy ? 25.0 : 5.0) * (t - last_);
-        last_ = t;
+        std::lock_guard<std::mutex> l(m_);
+        advance();
         return j_;
     }
-    std::atomic<bool> busy{false};
+    void set_busy(bool b) {
+        std::lock_guard<std::mutex> l(m_);
+        advance();
+        busy_ = b;
+    }
 
 private:
+    void advance() {
+        const double t = energy::now_seconds();
+        j_ += (busy_ ? 25.0 : 5.0) * (t - last_);
+        last_ = t;
+    }
     energy::MeterInfo info_{"scripted", energy::MeterKind::Measured, "cpu", "test"};
+    std::mutex m_;
+    bool busy_ = false;
     double j_ = 0, last_ = energy::now_seconds();
 };
 
@@ -180,15 +193,15 @@ TEST(EnergyRecorder, MeasuredStepsAddUpAndSeeThePower) {
     choice.info = choice.meter->info();
     EnergyRecorder rec(choice, {0.05, std::chrono::milliseconds(1)});
     rec.begin(ex);
-    raw->busy = true;
-    for (int s = 0; s < 5; ++s) {
+    raw->set_busy(true);
+    for (int s = 0; s < 30; ++s) {  // long enough (tens of ms) that the edges of 1 ms sampling are small
         rec.step_begin();
         ex.run_all();
         rec.step_end();
     }
-    raw->busy = false;
+    raw->set_busy(false);
     const EnergyResult r = rec.finish(tg.graph);
-    EXPECT_EQ(r.steps, 5);
+    EXPECT_EQ(r.steps, 30);
     EXPECT_NEAR(r.idle_w, 5.0, 0.5);
     double ops = 0;
     for (double j : r.node_joules) ops += j;

@@ -133,7 +133,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
     };
     struct Entry {
         double bytes;  // resident part (up to the whole tensor)
-        bool dirty;
+        double dirty;  // of which not yet in DRAM (a part re-read after a write-back is clean)
     };
     std::unordered_map<TensorId, Entry> resident;
     double used = 0;
@@ -144,11 +144,14 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         return it == resident.end() ? 0.0 : it->second.bytes;
     };
     auto needed_later = [&](TensorId t, int64_t now) { return next_use(t, now) != kNever || persists(g.tensor(t).role); };
-    // Drops `amount` bytes of t from the buffer, writing them back when dirty and still needed.
+    // Drops `amount` bytes of t from the buffer, writing back its share of the dirty bytes when still
+    // needed (which bytes of a tensor leave is not tracked: the dirty share leaves in proportion).
     auto evict = [&](TensorId t, double amount, int64_t now, NodePrediction& np) {
         Entry& e = resident.at(t);
         amount = std::min(amount, e.bytes);
-        if (e.dirty && needed_later(t, now)) np.write_bytes += amount;
+        const double dirty = e.bytes > 0 ? e.dirty * amount / e.bytes : 0;
+        if (needed_later(t, now)) np.write_bytes += dirty;
+        e.dirty -= dirty;
         e.bytes -= amount;
         used -= amount;
         if (e.bytes <= 0) resident.erase(t);
@@ -183,7 +186,8 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             auto plan = [&](double space) {
                 const double res_a = on_chip(gs.a), res_b = on_chip(gs.b);
                 const bool a_full = res_a >= gs.a_bytes, b_full = res_b >= gs.b_bytes;
-                // a dead output is never written; a live one is streamed out, or kept when that is cheaper
+                // a dead output is never written; a live one is streamed out (and read back by its consumer),
+                // or kept when that is cheaper
                 Tiling t = best_tiling(gs, space, a_full, b_full, !c_future);
                 if (c_future && gs.c_bytes <= space) {
                     const Tiling kept = best_tiling(gs, space - gs.c_bytes, a_full, b_full, true);
@@ -195,25 +199,27 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
                 return t;
             };
             Tiling t = plan(C - used);
-            // Evicting for tile space costs a write-back and a re-read of what leaves. Tried: freeing up to
-            // 1/256 .. 1/4 of the buffer, either sparing the node's whole operands or not (furthest next
-            // use first); the cheapest plan wins.
+            // a streamed-out live C is read back later: that re-read is part of the plan's cost
+            auto cost_of = [&](const Tiling& x) { return x.read_bytes + x.write_bytes; };
+            // Evicting for tile space costs the write-back of what leaves dirty and the re-read of all that
+            // leaves. Tried: freeing 1/256 .. 1/4 of the buffer, or room to keep C, either sparing the node's
+            // whole operands or not (furthest next use first); the cheapest plan wins.
             std::vector<TensorId> operands = n.inputs, whole_operands;
             operands.insert(operands.end(), n.outputs.begin(), n.outputs.end());
             for (const auto& [x, e] : resident)
                 if (std::find(operands.begin(), operands.end(), x) != operands.end() && e.bytes >= stored_bytes(g, x, cfg)) whole_operands.push_back(x);
-            double best_cost = t.read_bytes + t.write_bytes, best_need = 0;
+            double best_cost = cost_of(t), best_need = 0;
             bool best_spare = false;
             for (bool spare : {true, false})
-                for (double frac : {1.0 / 256, 1.0 / 64, 1.0 / 16, 1.0 / 4}) {
-                    const double need = C * frac;
+                for (double need : {C / 256, C / 64, C / 16, C / 4, gs.c_bytes + C / 256}) {
+                    if (need > C) continue;
                     if (need <= C - used) continue;
                     const auto saved = resident;
                     const double saved_used = used, saved_write = np.write_bytes;
                     make_room(need, now, spare ? whole_operands : std::vector<TensorId>{}, np);
                     const double freed = saved_used - used;
                     const Tiling roomy = plan(C - used);
-                    const double cost = roomy.read_bytes + roomy.write_bytes + 2 * freed;
+                    const double cost = cost_of(roomy) + (np.write_bytes - saved_write) + freed;
                     resident = saved, used = saved_used, np.write_bytes = saved_write;
                     if (freed > 0 && cost < best_cost) best_cost = cost, best_need = need, best_spare = spare;
                 }
@@ -257,11 +263,11 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             Entry& e = resident[x];
             used += full - e.bytes;
             e.bytes = full;
-            e.dirty = e.dirty || d;
+            e.dirty = d ? full : e.dirty;  // written whole, or what was dirty stays so; re-read bytes are clean
         }
         for (auto it = resident.begin(); it != resident.end();) {  // no further use: leave (persistent dirty ones written back)
             if (next_use(it->first, now) == kNever) {
-                if (it->second.dirty && persists(g.tensor(it->first).role)) np.write_bytes += it->second.bytes;
+                if (persists(g.tensor(it->first).role)) np.write_bytes += it->second.dirty;
                 used -= it->second.bytes;
                 it = resident.erase(it);
             } else {
@@ -274,7 +280,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
     // end of the iteration: dirty parameters and state go back to DRAM
     if (nn > 0)
         for (const auto& [t, e] : resident)
-            if (e.dirty && persists(g.tensor(t).role)) p.nodes.back().write_bytes += e.bytes;
+            if (persists(g.tensor(t).role)) p.nodes.back().write_bytes += e.dirty;
 
     double max_bw = 0;
     for (NodePrediction& np : p.nodes) {
