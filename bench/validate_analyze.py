@@ -12,7 +12,7 @@ batch sizes, on this CPU.
      size is seen, this one is not).
    The error is (predicted - measured) / measured of the step; the mean absolute error is reported.
 
-    /usr/bin/python3 bench/validate_analyze.py [--joule build/joule] [--capacity 2MiB] [--iters 3] [--db F]
+    /usr/bin/python3 bench/validate_analyze.py [--joule build/joule] [--capacity 2MiB] [--iters 3] [--db F] [--probe F]
 """
 import argparse
 import json
@@ -36,14 +36,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--joule", default="build/joule")
     ap.add_argument("--capacity", default="2MiB", help="on-chip capacity given to the model (2 x 1 MiB L2 here)")
-    ap.add_argument("--iters", type=int, default=3, help="measured steps per configuration")
+    ap.add_argument("--iters", type=int, default=5, help="measured steps per configuration")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--db", default="", help="profile database to (re)use; default: a fresh temporary one")
+    ap.add_argument("--probe", default="", help="joule probe --json output to reuse instead of probing now")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="joule-validate-")
     db = a.db or os.path.join(tmp, "profile.db")
 
-    p = run([a.joule, "probe", "--json", "--threads", str(a.threads)])
+    p = json.load(open(a.probe)) if a.probe else run([a.joule, "probe", "--json", "--threads", str(a.threads)])
     bw, peak, peak16, ovh = p["triad_gbps"], p["gemm_gflops_f32"], p["gemm_gflops_bf16"], p["op_overhead_seconds"]
     print(f"probe (measured): triad {bw:.1f} GB/s, GEMM f32 {peak:.1f} GFLOP/s, per-op overhead {ovh * 1e6:.1f} us; model capacity {a.capacity}")
     hw = ["--capacity", a.capacity, "--bandwidth", f"{bw}GB/s", "--peak", f"{peak}GFLOPS", "--peak-bf16", f"{peak16}GFLOPS",

@@ -182,6 +182,8 @@ TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     EXPECT_EQ(res["calibrated_nodes"], res["nodes"].size());
     EXPECT_DOUBLE_EQ(res["bandwidth_bytes_per_second"].get<double>(), 20e9);
     EXPECT_TRUE(res["nodes"][0]["calibrated"].get<bool>());
+    EXPECT_GE(res["stall_seconds"].get<double>(), 0);
+    EXPECT_LE(res["stall_seconds"].get<double>(), res["seconds"].get<double>());
     const auto roof = run_json("analyze --net lenet5 --batch 4 --json" + hw);
     EXPECT_EQ(roof["results"][0]["time_model"], "roofline");
     EXPECT_DOUBLE_EQ(roof["results"][0]["read_bytes"].get<double>(), res["read_bytes"].get<double>());

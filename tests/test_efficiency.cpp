@@ -70,6 +70,22 @@ TEST(Efficiency, FitRecoversKnownCurves) {
     EXPECT_LT(r.error, 1e-6);
 }
 
+TEST(Efficiency, AStepSlowedByTheMachineIsAnOutlier) {
+    KindEfficiency gemm;
+    gemm.gemm = true;
+    gemm.fixed_s = 5e-6, gemm.compute_scale = 1.5, gemm.memory_scale = 0.25, gemm.half_m = 64, gemm.half_k = 16;
+    KindEfficiency stream;
+    stream.fixed_s = 3e-6, stream.memory_scale = 1.8;
+    std::vector<EfficiencySample> v = known_samples(gemm, stream);
+    v[7].measured_s *= 20;  // one GEMM measured in a step the machine stalled
+    const KindEfficiency& g = fit_efficiency(v).kinds.at("Linear");
+    EXPECT_EQ(g.samples, 36);
+    EXPECT_EQ(g.outliers, 1);
+    EXPECT_NEAR(g.compute_scale, 1.5, 1e-6);
+    EXPECT_NEAR(g.fixed_s, 5e-6, 1e-12);
+    EXPECT_LT(g.error, 1e-6);
+}
+
 TEST(Efficiency, ScalesStayNonNegative) {
     // Time falls as memory time rises: unconstrained least squares would give a negative memory scale.
     std::vector<EfficiencySample> v;
@@ -78,10 +94,9 @@ TEST(Efficiency, ScalesStayNonNegative) {
     EXPECT_GE(k.fixed_s, 0);
     EXPECT_GE(k.compute_scale, 0);
     EXPECT_GE(k.memory_scale, 0);
-    // nothing else is feasible: the constant that minimises sum (t - c)^2 / t, the harmonic mean
-    double inverse = 0;
-    for (const auto& s : v) inverse += 1 / s.measured_s;
-    EXPECT_NEAR(k.fixed_s, double(v.size()) / inverse, 1e-12);
+    // nothing else is feasible: a constant. Weighted by the measured times it is their harmonic mean;
+    // reweighted by that constant prediction, every node weighs the same: the arithmetic mean.
+    EXPECT_NEAR(k.fixed_s, 6.5e-4, 1e-12);
     EXPECT_DOUBLE_EQ(k.memory_scale, 0);
 }
 
@@ -115,6 +130,7 @@ TEST(Efficiency, SaveLoadRoundTrip) {
         const KindEfficiency& x = l.kinds.at(key);
         EXPECT_EQ(x.gemm, k.gemm) << key;
         EXPECT_EQ(x.samples, k.samples) << key;
+        EXPECT_EQ(x.outliers, k.outliers) << key;
         for (double s : {1e-6, 1e-3})
             EXPECT_NEAR(x.seconds(s, 2 * s, 32, 8, 100), k.seconds(s, 2 * s, 32, 8, 100), 1e-8 * k.seconds(s, 2 * s, 32, 8, 100)) << key;
     }
@@ -165,6 +181,15 @@ TEST(Efficiency, DrivesNodeTimesInTheMemoryModel) {
     // M = 64, N = 128, K = 256: penalty (1 + 64/64)(1)(1 + 256/256) = 4
     EXPECT_NEAR(cal.nodes[0].time_s, 7e-6 + 2 * 4 * n.compute_s + 0.5 * n.memory_s, 1e-15);
     EXPECT_DOUBLE_EQ(cal.nodes[1].time_s, roof.nodes[1].time_s);
+    // memory stall: the curve's memory term; the roofline's max(0, memory - compute)
+    EXPECT_NEAR(cal.nodes[0].stall_s, 0.5 * n.memory_s, 1e-15);
+    EXPECT_DOUBLE_EQ(roof.nodes[0].stall_s, std::max(0.0, n.memory_s - n.compute_s));
+    MemoryConfig slow = cfg;
+    slow.efficiency = nullptr, slow.bandwidth_bytes_per_s = 1e9;  // now the Linear waits for its operands
+    const IterationPrediction waits = predict_iteration(g, slow);
+    EXPECT_DOUBLE_EQ(waits.nodes[0].stall_s, waits.nodes[0].memory_s - waits.nodes[0].compute_s);
+    EXPECT_GT(waits.nodes[0].stall_s, 0);
+    EXPECT_DOUBLE_EQ(waits.stall_s, waits.nodes[0].stall_s + waits.nodes[1].stall_s);
     EXPECT_DOUBLE_EQ(cal.read_bytes, roof.read_bytes);  // traffic does not depend on the curves
     EXPECT_EQ(efficiency_key(g, NodeId(0)), "Linear");
     apply_compute_precision(g, DType::BF16);

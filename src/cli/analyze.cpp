@@ -42,7 +42,8 @@ std::map<std::string, TypeTotals> by_type(const Graph& g, const predict::Iterati
 
 void print_single(const Graph& g, const predict::IterationPrediction& p, const predict::MemoryConfig& c, bool layers) {
     std::cout << "per iteration (modelled): off-chip read " << bytes_str(p.read_bytes) << ", written " << bytes_str(p.write_bytes) << "; time "
-              << fixed(p.time_s * 1e3, 3) << " ms (compute alone " << fixed(p.compute_s * 1e3, 3) << " ms, utilisation " << fixed(100 * p.utilisation, 1)
+              << fixed(p.time_s * 1e3, 3) << " ms (compute alone " << fixed(p.compute_s * 1e3, 3) << " ms, memory stalls " << fixed(p.stall_s * 1e3, 3)
+              << " ms, utilisation " << fixed(100 * p.utilisation, 1)
               << " %); bandwidth demand average " << fixed(p.avg_bandwidth_bytes_per_s / 1e9, 1) << " GB/s, peak "
               << fixed(p.peak_bandwidth_bytes_per_s / 1e9, 1) << " GB/s; peak buffer occupancy " << bytes_str(p.peak_occupancy_bytes) << " of "
               << bytes_str(c.capacity_bytes) << "\n";
@@ -62,11 +63,11 @@ void print_single(const Graph& g, const predict::IterationPrediction& p, const p
     std::cout << "per layer type (modelled; roofline at the f32 peak):\n";
     t.print(std::cout);
     if (!layers) return;
-    Table n({"#", "node", "op", "phase", "read", "written", "time us", "util", "tiling", "occupancy"});
+    Table n({"#", "node", "op", "phase", "read", "written", "time us", "stall us", "util", "tiling", "occupancy"});
     for (const auto& x : p.nodes) {
         const Node& node = g.node(x.node);
         n.add({std::to_string(x.node), node.name, op_name(node.kind), phase_name(node.phase), bytes_str(x.read_bytes), bytes_str(x.write_bytes),
-               fixed(x.time_s * 1e6, 2), fixed(100 * x.utilisation, 0) + " %", x.tiling, bytes_str(x.occupancy_bytes)});
+               fixed(x.time_s * 1e6, 2), fixed(x.stall_s * 1e6, 2), fixed(100 * x.utilisation, 0) + " %", x.tiling, bytes_str(x.occupancy_bytes)});
     }
     std::cout << "\nper node (modelled):\n";
     n.print(std::cout);
@@ -77,7 +78,7 @@ nlohmann::json to_json(const Graph& g, const predict::IterationPrediction& p, co
     for (const auto& [name, v] : by_type(g, p)) types[name] = {{"flops", v.flops}, {"read_bytes", v.read}, {"write_bytes", v.write}, {"seconds", v.time}};
     nlohmann::json j = {{"kind", "modelled"}, {"capacity_bytes", c.capacity_bytes}, {"bandwidth_bytes_per_second", c.bandwidth_bytes_per_s},
                         {"peak_f32_flops", c.peak_f32_flops}, {"peak_bf16_flops", c.peak(DType::BF16)}, {"read_bytes", p.read_bytes},
-                        {"write_bytes", p.write_bytes}, {"flops", p.flops}, {"seconds", p.time_s}, {"compute_seconds", p.compute_s},
+                        {"write_bytes", p.write_bytes}, {"flops", p.flops}, {"seconds", p.time_s}, {"compute_seconds", p.compute_s}, {"stall_seconds", p.stall_s},
                         {"utilisation", p.utilisation}, {"average_bandwidth_bytes_per_second", p.avg_bandwidth_bytes_per_s},
                         {"peak_bandwidth_bytes_per_second", p.peak_bandwidth_bytes_per_s}, {"peak_occupancy_bytes", p.peak_occupancy_bytes},
                         {"by_layer_type", types}, {"time_model", c.efficiency ? "calibrated" : "roofline"},
@@ -87,7 +88,7 @@ nlohmann::json to_json(const Graph& g, const predict::IterationPrediction& p, co
         for (const auto& x : p.nodes) {
             nlohmann::json node = {{"id", x.node}, {"name", g.node(x.node).name}, {"op", op_name(g.node(x.node).kind)}, {"read_bytes", x.read_bytes},
                                    {"write_bytes", x.write_bytes}, {"flops", x.flops}, {"compute_seconds", x.compute_s}, {"memory_seconds", x.memory_s},
-                                   {"seconds", x.time_s}, {"utilisation", x.utilisation}, {"tiling", x.tiling}, {"occupancy_bytes", x.occupancy_bytes},
+                                   {"seconds", x.time_s}, {"stall_seconds", x.stall_s}, {"utilisation", x.utilisation}, {"tiling", x.tiling}, {"occupancy_bytes", x.occupancy_bytes},
                                    {"calibrated", x.calibrated}};
             predict::GemmShape s;
             if (predict::gemm_shape(g, x.node, &s)) node["gemm"] = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"count", s.count}};

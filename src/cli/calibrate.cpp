@@ -78,7 +78,7 @@ void add_calibrate(CLI::App& app) {
             nlohmann::json kinds;
             for (const auto& [key, k] : model.kinds)
                 kinds[key] = {{"fixed_seconds", k.fixed_s}, {"compute_scale", k.compute_scale}, {"memory_scale", k.memory_scale}, {"half_m", k.half_m},
-                              {"half_n", k.half_n}, {"half_k", k.half_k}, {"samples", k.samples}, {"error", k.error}};
+                              {"half_n", k.half_n}, {"half_k", k.half_k}, {"samples", k.samples}, {"outliers", k.outliers}, {"error", k.error}};
             std::cout << nlohmann::json{{"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
                                         {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n}}
                              .dump(2)
@@ -88,11 +88,12 @@ void add_calibrate(CLI::App& app) {
         std::cout << "calibrated from " << model.fitted_from << " (measured node times) against the roofline at " << bytes_str(c.capacity_bytes) << ", "
                   << fixed(c.bandwidth_bytes_per_s / 1e9, 1) << " GB/s, " << fixed(c.peak_f32_flops / 1e9, 1) << " GFLOP/s\n"
                   << "wrote " << f->out << "\n\n";
-        Table k({"kind", "nodes", "fixed us", "compute x", "memory x", "half M", "half N", "half K", "error"});
+        Table k({"kind", "nodes", "outliers", "fixed us", "compute x", "memory x", "half M", "half N", "half K", "error"});
         for (const auto& [key, e] : model.kinds)
-            k.add({key, std::to_string(e.samples), fixed(e.fixed_s * 1e6, 2), fixed(e.compute_scale, 3), fixed(e.memory_scale, 3),
+            k.add({key, std::to_string(e.samples), std::to_string(e.outliers), fixed(e.fixed_s * 1e6, 2), fixed(e.compute_scale, 3), fixed(e.memory_scale, 3),
                    e.gemm ? fixed(e.half_m, 0) : "-", e.gemm ? fixed(e.half_n, 0) : "-", e.gemm ? fixed(e.half_k, 0) : "-", fixed(100 * e.error, 1) + " %"});
-        std::cout << "per kind: time = fixed + compute x (1 + half M/M)(1 + half N/N)(1 + half K/K) x roofline compute + memory x roofline memory\n";
+        std::cout << "per kind: time = fixed + compute x (1 + half M/M)(1 + half N/N)(1 + half K/K) x roofline compute + memory x roofline memory\n"
+                     "(outliers: nodes measured over 3x a robust first fit, left out; error: sum |predicted - measured| / sum measured)\n";
         k.print(std::cout);
         std::cout << "\nin-sample check (the configurations fitted from; hold some out with --exclude to validate):\n";
         t.print(std::cout);

@@ -71,17 +71,11 @@ double penalty(double m, double n, double k, double hm, double hn, double hk) {
     return f(m, hm) * f(n, hn) * f(k, hk);
 }
 
-KindEfficiency fit_kind(const std::vector<const EfficiencySample*>& s) {
-    const bool gemm = s.front()->m > 0;
+// One weighted fit of a kind: the best half dimensions and their non-negative scales.
+KindEfficiency fit_weighted(const std::vector<const EfficiencySample*>& s, const std::vector<double>& w, bool gemm) {
     std::vector<double> halves = {0};
     if (gemm)
         for (double h = 1; h <= 1024; h *= 2) halves.push_back(h);
-    std::vector<double> w(s.size()), y(s.size());
-    for (size_t i = 0; i < s.size(); ++i) {
-        const double t = std::max(s[i]->measured_s, 1e-7);
-        w[i] = 1.0 / (t * std::max(s[i]->step_s, t));  // squared weight 1 / (t_node t_step)
-        y[i] = s[i]->measured_s;
-    }
     KindEfficiency best;
     best.gemm = gemm;
     double best_rss = std::numeric_limits<double>::infinity();
@@ -92,12 +86,13 @@ KindEfficiency fit_kind(const std::vector<const EfficiencySample*>& s) {
                 Vec b{};
                 double yy = 0;
                 for (size_t i = 0; i < s.size(); ++i) {
+                    const double y = s[i]->measured_s;
                     const Vec x = {1.0, s[i]->compute_s * penalty(s[i]->m, s[i]->n, s[i]->k, hm, hn, hk), s[i]->memory_s};
                     for (int r = 0; r < kParams; ++r) {
-                        b[size_t(r)] += w[i] * x[size_t(r)] * y[i];
+                        b[size_t(r)] += w[i] * x[size_t(r)] * y;
                         for (int c = 0; c < kParams; ++c) a[size_t(r)][size_t(c)] += w[i] * x[size_t(r)] * x[size_t(c)];
                     }
-                    yy += w[i] * y[i] * y[i];
+                    yy += w[i] * y * y;
                 }
                 Vec x{};
                 const double rss = nnls3(a, b, yy, &x);
@@ -107,15 +102,44 @@ KindEfficiency fit_kind(const std::vector<const EfficiencySample*>& s) {
                     best.half_m = hm, best.half_n = hn, best.half_k = hk;
                 }
             }
-    if (!std::isfinite(best_rss)) {  // all-zero features and times: no cost at all
-        best.fixed_s = 0, best.compute_scale = 0, best.memory_scale = 0;
+    if (!std::isfinite(best_rss)) best.fixed_s = 0, best.compute_scale = 0, best.memory_scale = 0;  // all-zero features and times
+    return best;
+}
+
+// Squared weights per sample from a time per sample: relative (1 / t^2) or mixed (1 / (t t_step)).
+template <typename TimeOf>
+std::vector<double> weights(const std::vector<const EfficiencySample*>& s, TimeOf time_of, bool relative) {
+    std::vector<double> w(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+        const double t = std::max(time_of(*s[i]), 1e-7);
+        w[i] = relative ? 1.0 / (t * t) : 1.0 / (t * std::max(s[i]->step_s, t));
     }
+    return w;
+}
+
+KindEfficiency fit_kind(const std::vector<const EfficiencySample*>& all) {
+    const bool gemm = all.front()->m > 0;
+    auto measured = [](const EfficiencySample& x) { return x.measured_s; };
+    // 1. A fit on relative error, where no single sample can weigh more than about one: a step slowed
+    //    down by the machine (another process, a stolen core) leaves nodes measured several times slower
+    //    than they are; those measured over 3x this fit's prediction are dropped as outliers.
+    const KindEfficiency robust = fit_weighted(all, weights(all, measured, true), gemm);
+    std::vector<const EfficiencySample*> s;
+    for (const EfficiencySample* x : all)
+        if (x->measured_s <= 3 * robust.seconds(x->compute_s, x->memory_s, x->m, x->n, x->k)) s.push_back(x);
+    if (s.empty()) s = all;
+    // 2. The mixed weights with the measured times, then once more with that fit's predictions:
+    //    weighting by the measured time alone favours predictions below it.
+    KindEfficiency best = fit_weighted(s, weights(s, measured, false), gemm);
+    const KindEfficiency first = best;
+    best = fit_weighted(s, weights(s, [&](const EfficiencySample& x) { return first.seconds(x.compute_s, x.memory_s, x.m, x.n, x.k); }, false), gemm);
+    best.outliers = int64_t(all.size() - s.size());
     double dev = 0, total = 0;
     for (const EfficiencySample* x : s) {
         dev += std::fabs(best.seconds(x->compute_s, x->memory_s, x->m, x->n, x->k) - x->measured_s);
         total += x->measured_s;
     }
-    best.samples = int64_t(s.size());
+    best.samples = int64_t(all.size());
     best.error = total > 0 ? dev / total : 0;
     return best;
 }
@@ -185,7 +209,8 @@ void save_efficiency(const EfficiencyModel& m, const std::string& path) {
         if (k.gemm)
             y << YAML::Key << "half_m" << YAML::Value << k.half_m << YAML::Key << "half_n" << YAML::Value << k.half_n << YAML::Key << "half_k"
               << YAML::Value << k.half_k;
-        y << YAML::Key << "samples" << YAML::Value << k.samples << YAML::Key << "error" << YAML::Value << k.error << YAML::EndMap;
+        y << YAML::Key << "samples" << YAML::Value << k.samples << YAML::Key << "outliers" << YAML::Value << k.outliers << YAML::Key << "error"
+          << YAML::Value << k.error << YAML::EndMap;
     }
     y << YAML::EndMap << YAML::EndMap;
     std::ofstream f(path);
@@ -256,7 +281,7 @@ EfficiencyModel load_efficiency(const std::string& path) {
                                 {"error", &k.error, false}};
         for (auto f = v.begin(); f != v.end(); ++f) {
             const std::string name = f->first.as<std::string>();
-            bool known = name == "samples";
+            bool known = name == "samples" || name == "outliers";
             for (const Field& x : fields) known = known || name == x.key;
             if (!known) throw Error(at(f->first) + ": kind '" + key + "': unknown key '" + name + "'");
         }
@@ -268,6 +293,7 @@ EfficiencyModel load_efficiency(const std::string& path) {
             *f.value = number(v[f.key], key + "." + f.key);
         }
         if (v["samples"]) k.samples = int64_t(number(v["samples"], key + ".samples"));
+        if (v["outliers"]) k.outliers = int64_t(number(v["outliers"], key + ".outliers"));
         m.kinds[key] = k;
     }
     return m;

@@ -13,7 +13,10 @@
 // dimension alone halves the throughput. The scales are non-negative least squares; the half
 // dimensions are searched over powers of two. Each residual is weighted by 1 / sqrt(t_node * t_step),
 // between a per-node relative error (every node equal) and the node's share of its step (large nodes
-// decide).
+// decide); t_node is the measured time in a first fit, then that fit's prediction (one reweighting
+// step, which removes most of the first fit's lean towards low predictions). Before that, a fit on
+// relative error (robust: no sample weighs much more than one) marks nodes measured over 3x its
+// prediction as outliers (a step the machine slowed down), and they are left out.
 //
 //   std::vector<predict::EfficiencySample> s = ...;            // profile::calibration_samples
 //   predict::EfficiencyModel e = predict::fit_efficiency(s);
@@ -33,8 +36,9 @@ struct KindEfficiency {
     double fixed_s = 0, compute_scale = 1, memory_scale = 0;
     double half_m = 0, half_n = 0, half_k = 0;  // 0: no penalty along that dimension
     bool gemm = false;                          // the shape penalty applies
-    // fit quality: samples, and the weighted mean absolute relative error of the node times
-    int64_t samples = 0;
+    // fit quality: samples, those dropped as outliers, and sum |predicted - measured| / sum measured
+    // over the rest
+    int64_t samples = 0, outliers = 0;
     double error = 0;
     double seconds(double compute_s, double memory_s, double m, double n, double k) const;
 };

@@ -288,20 +288,24 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         np.compute_s = np.flops / cfg.peak(n.compute);
         np.memory_s = (np.read_bytes + np.write_bytes) / cfg.bandwidth_bytes_per_s;
         np.time_s = std::max(np.compute_s, np.memory_s) + cfg.node_overhead_s;
+        double unlimited = np.compute_s + cfg.node_overhead_s;  // the time with unlimited bandwidth
         if (cfg.efficiency)
             if (const KindEfficiency* k = cfg.efficiency->find(efficiency_key(g, np.node))) {
                 GemmShape s;
                 if (!gemm_shape(g, np.node, &s)) s = {};
                 np.time_s = k->seconds(np.compute_s, np.memory_s, s.m, s.n, s.k);
+                unlimited = k->seconds(np.compute_s, 0, s.m, s.n, s.k);
                 np.calibrated = true;
                 ++p.calibrated_nodes;
             }
+        np.stall_s = std::max(0.0, np.time_s - unlimited);
         np.utilisation = np.time_s > 0 ? np.compute_s / np.time_s : 0;
         p.read_bytes += np.read_bytes;
         p.write_bytes += np.write_bytes;
         p.flops += np.flops;
         p.time_s += np.time_s;
         p.compute_s += np.compute_s;
+        p.stall_s += np.stall_s;
         p.peak_occupancy_bytes = std::max(p.peak_occupancy_bytes, np.occupancy_bytes);
         if (np.time_s > 0) max_bw = std::max(max_bw, (np.read_bytes + np.write_bytes) / np.time_s);
     }

@@ -17,7 +17,8 @@
 //   then normalisation).
 // Per node: time = max(compute, memory) + a fixed overhead, compute = FLOPs / peak(precision), memory =
 // bytes / bandwidth — the roofline. With efficiency curves fitted from profile records of a machine
-// (predict/efficiency.hpp), a node of a calibrated kind takes the curve's time instead.
+// (predict/efficiency.hpp), a node of a calibrated kind takes the curve's time instead. Either way a
+// node's memory stall is what its time would lose with unlimited bandwidth.
 #pragma once
 
 #include <string>
@@ -51,6 +52,7 @@ struct NodePrediction {
     double read_bytes = 0, write_bytes = 0;  // off-chip, including write-backs of evicted tensors
     double flops = 0;
     double compute_s = 0, memory_s = 0, time_s = 0;
+    double stall_s = 0;         // memory stall: what time_s would lose with unlimited bandwidth
     double utilisation = 0;     // compute_s / time_s
     double occupancy_bytes = 0; // on-chip bytes held after the node
     bool calibrated = false;    // time from an efficiency curve (else the roofline)
@@ -60,7 +62,7 @@ struct NodePrediction {
 struct IterationPrediction {
     std::vector<NodePrediction> nodes;  // in node order
     double read_bytes = 0, write_bytes = 0, flops = 0;
-    double time_s = 0, compute_s = 0;
+    double time_s = 0, compute_s = 0, stall_s = 0;
     double avg_bandwidth_bytes_per_s = 0, peak_bandwidth_bytes_per_s = 0;  // demand: bytes / time
     double utilisation = 0;            // compute_s / time_s
     double peak_occupancy_bytes = 0;
