@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "graph/error.hpp"
+#include "hw/yaml_file.hpp"
 
 #ifndef JOULE_SOURCE_DATA_DIR
 #define JOULE_SOURCE_DATA_DIR "data"
@@ -23,17 +24,7 @@ double DeviceSpec::peak_gflops(DType t) const {
 }
 
 DeviceSpec load_device_spec(const std::string& path) {
-    YAML::Node y;
-    try {
-        y = YAML::LoadFile(path);
-    } catch (const YAML::BadFile&) {
-        throw Error(path + ": cannot open device spec", "check the path");
-    } catch (const YAML::Exception& e) {
-        throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
-    }
-    if (!y.IsMap()) throw Error(path + ": a device spec must be a YAML map");
-    if (!y["version"] || y["version"].as<std::string>() != "1")
-        throw Error(path + ": unsupported or missing 'version' (this joule reads version 1)");
+    const YAML::Node y = load_versioned_yaml(path, "device spec", "check the path");
     DeviceSpec s;
     s.path = path;
     const YAML::Node sources = y["sources"];
@@ -66,11 +57,11 @@ DeviceSpec load_device_spec(const std::string& path) {
         const std::string key = it->first.as<std::string>();
         if (key == "version" || key == "name" || key == "kind" || key == "match" || key == "sources") continue;
         const Field* f = std::find_if(std::begin(fields), std::end(fields), [&](const Field& x) { return key == x.key; });
-        if (f == std::end(fields)) throw Error(path + ":" + std::to_string(it->first.Mark().line + 1) + ": unknown key '" + key + "'");
+        if (f == std::end(fields)) throw Error(yaml_where(path, it->first) + ": unknown key '" + key + "'");
         try {
             *f->value = it->second.as<double>();
         } catch (const YAML::Exception&) {
-            throw Error(path + ":" + std::to_string(it->second.Mark().line + 1) + ": '" + key + "' must be a number");
+            throw Error(yaml_where(path, it->second) + ": '" + key + "' must be a number");
         }
         if (*f->value < 0) throw Error(path + ": '" + key + "' must not be negative");
         if (!sources || !sources[key])

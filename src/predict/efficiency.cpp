@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "graph/error.hpp"
+#include "hw/yaml_file.hpp"
 #include "predict/memory_model.hpp"
 
 namespace joule::predict {
@@ -222,17 +223,8 @@ void save_efficiency(const EfficiencyModel& m, const std::string& path) {
 }
 
 EfficiencyModel load_efficiency(const std::string& path) {
-    YAML::Node y;
-    try {
-        y = YAML::LoadFile(path);
-    } catch (const YAML::BadFile&) {
-        throw Error(path + ": cannot open the efficiency file", "write one with joule calibrate");
-    } catch (const YAML::Exception& e) {
-        throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
-    }
-    auto at = [&](const YAML::Node& n) { return path + ":" + std::to_string(n.Mark().line + 1); };
-    if (!y.IsMap()) throw Error(path + ": an efficiency file must be a YAML map");
-    if (!y["version"] || y["version"].as<std::string>() != "1") throw Error(path + ": unsupported or missing 'version' (this joule reads version 1)");
+    const YAML::Node y = hw::load_versioned_yaml(path, "the efficiency file", "write one with joule calibrate");
+    auto at = [&](const YAML::Node& n) { return hw::yaml_where(path, n); };
     if (!y["kind"] || y["kind"].as<std::string>() != "efficiency") throw Error(path + ": 'kind: efficiency' missing; is this an efficiency file?");
     auto number = [&](const YAML::Node& n, const std::string& key) {
         double v = 0;

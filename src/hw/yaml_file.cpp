@@ -1,0 +1,23 @@
+#include "hw/yaml_file.hpp"
+
+#include "graph/error.hpp"
+
+namespace joule::hw {
+
+YAML::Node load_versioned_yaml(const std::string& path, const std::string& what, const std::string& missing_hint) {
+    YAML::Node y;
+    try {
+        y = YAML::LoadFile(path);
+    } catch (const YAML::BadFile&) {
+        throw Error(path + ": cannot open " + what, missing_hint);
+    } catch (const YAML::Exception& e) {
+        throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+    }
+    if (!y.IsMap()) throw Error(path + ": " + what + " must be a YAML map");
+    if (!y["version"] || y["version"].as<std::string>() != "1") throw Error(path + ": unsupported or missing 'version' (this joule reads version 1)");
+    return y;
+}
+
+std::string yaml_where(const std::string& path, const YAML::Node& n) { return path + ":" + std::to_string(n.Mark().line + 1); }
+
+}  // namespace joule::hw
