@@ -97,7 +97,9 @@ KindEfficiency fit_weighted(const std::vector<const EfficiencySample*>& s, const
                 }
                 Vec x{};
                 const double rss = nnls3(a, b, yy, &x);
-                if (rss < best_rss * (1 - 1e-9)) {
+                // strictly better (ties keep the smaller half dimensions, tried first)
+                const bool better = std::isfinite(best_rss) ? rss < best_rss - 1e-9 * std::fabs(best_rss) : std::isfinite(rss);
+                if (better) {
                     best_rss = rss;
                     best.fixed_s = x[0], best.compute_scale = x[1], best.memory_scale = x[2];
                     best.half_m = hm, best.half_n = hn, best.half_k = hk;
