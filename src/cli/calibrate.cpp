@@ -59,10 +59,10 @@ void add_calibrate(CLI::App& app) {
         double roof_err = 0, cal_err = 0;
         for (size_t i = 0; i < set.configs.size(); ++i) {
             const size_t end = i + 1 < set.configs.size() ? set.first_sample[i + 1] : set.samples.size();
-            double roof = 0, cal = 0;
+            const double roof = set.roofline_s[i];
+            double cal = 0;
             for (size_t j = set.first_sample[i]; j < end; ++j) {
                 const predict::EfficiencySample& s = set.samples[j];
-                roof += std::max(s.compute_s, s.memory_s) + c.node_overhead_s;
                 cal += model.kinds.at(s.key).seconds(s.compute_s, s.memory_s, s.m, s.n, s.k);
             }
             const profile::ConfigRecord& r = set.configs[i];

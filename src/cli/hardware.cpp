@@ -28,9 +28,7 @@ Hardware resolve_hardware(const HardwareOptions& o) {
     Hardware h;
     predict::MemoryConfig& cfg = h.config;
     if (!o.efficiency.empty()) {
-        const bool named = o.efficiency.find('/') == std::string::npos && !o.efficiency.ends_with(".yaml");
-        h.efficiency = std::make_shared<predict::EfficiencyModel>(
-            predict::load_efficiency(named ? hw::data_dir() + "/efficiency/" + o.efficiency + ".yaml" : o.efficiency));
+        h.efficiency = std::make_shared<predict::EfficiencyModel>(predict::load_efficiency(hw::data_file(o.efficiency, "efficiency")));
         const predict::CalibrationHardware& c = h.efficiency->hardware;
         cfg.capacity_bytes = c.capacity_bytes, cfg.bandwidth_bytes_per_s = c.bandwidth_bytes_per_s, cfg.peak_f32_flops = c.peak_f32_flops;
         cfg.peak_bf16_flops = c.peak_bf16_flops, cfg.node_overhead_s = c.node_overhead_s;
@@ -38,9 +36,7 @@ Hardware resolve_hardware(const HardwareOptions& o) {
         h.capacity = h.bandwidth = h.peak = true;
     }
     if (!o.device.empty()) {
-        const hw::DeviceSpec d = o.device.find('/') != std::string::npos || o.device.ends_with(".yaml")
-                                     ? hw::load_device_spec(o.device)
-                                     : hw::load_device_spec(hw::spec_dir() + "/" + o.device + ".yaml");
+        const hw::DeviceSpec d = hw::load_device_spec(hw::data_file(o.device, "hw"));
         if (d.onchip_kib <= 0 || d.mem_bandwidth_gbps <= 0 || d.peak_f32_gflops <= 0)
             throw Error(d.path + ": --device needs onchip_kib, mem_bandwidth_gbps and peak_f32_gflops");
         cfg.capacity_bytes = d.onchip_kib * 1024, cfg.bandwidth_bytes_per_s = d.mem_bandwidth_gbps * 1e9, cfg.peak_f32_flops = d.peak_f32_gflops * 1e9;

@@ -79,6 +79,12 @@ std::string data_dir() {
 
 std::string spec_dir() { return data_dir() + "/hw"; }
 
+bool names_a_path(const std::string& name_or_path) { return name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".yaml"); }
+
+std::string data_file(const std::string& name_or_path, const std::string& folder) {
+    return names_a_path(name_or_path) ? name_or_path : data_dir() + "/" + folder + "/" + name_or_path + ".yaml";
+}
+
 std::vector<DeviceSpec> load_all_specs(const std::string& dir) {
     std::vector<DeviceSpec> specs;
     std::error_code ec;
@@ -101,8 +107,7 @@ std::string cpu_model_name() {
 }
 
 DeviceSpec find_cpu_spec(const std::string& name_or_path) {
-    if (!name_or_path.empty() && (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".yaml")))
-        return load_device_spec(name_or_path);
+    if (!name_or_path.empty() && names_a_path(name_or_path)) return load_device_spec(name_or_path);
     const std::vector<DeviceSpec> specs = load_all_specs();
     const std::string model = cpu_model_name();
     std::string names;

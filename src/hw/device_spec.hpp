@@ -29,6 +29,9 @@ DeviceSpec load_device_spec(const std::string& path);
 // Directory of the spec files: $JOULE_DATA_DIR/hw, else the source tree's data/hw.
 std::string data_dir();  // JOULE_DATA_DIR, else the source tree's data/
 std::string spec_dir();  // data_dir()/hw
+// A data file given as a path (containing '/' or ending in .yaml) or as a name: data_dir()/folder/NAME.yaml.
+bool names_a_path(const std::string& name_or_path);
+std::string data_file(const std::string& name_or_path, const std::string& folder);
 std::vector<DeviceSpec> load_all_specs(const std::string& dir = spec_dir());
 // The spec whose `match` occurs in this machine's CPU model name (/proc/cpuinfo), or a named one
 // (file name without .yaml, or a path). Throws Error listing the candidates when none fits.

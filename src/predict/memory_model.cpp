@@ -186,8 +186,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             auto plan = [&](double space) {
                 const double res_a = on_chip(gs.a), res_b = on_chip(gs.b);
                 const bool a_full = res_a >= gs.a_bytes, b_full = res_b >= gs.b_bytes;
-                // a dead output is never written; a live one is streamed out (and read back by its consumer),
-                // or kept when that is cheaper
+                // a dead output is never written; a live one is streamed out, or kept when that is cheaper
                 Tiling t = best_tiling(gs, space, a_full, b_full, !c_future);
                 if (c_future && gs.c_bytes <= space) {
                     const Tiling kept = best_tiling(gs, space - gs.c_bytes, a_full, b_full, true);
@@ -199,8 +198,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
                 return t;
             };
             Tiling t = plan(C - used);
-            // a streamed-out live C is read back later: that re-read is part of the plan's cost
-            auto cost_of = [&](const Tiling& x) { return x.read_bytes + x.write_bytes; };
+            auto cost_of = [](const Tiling& x) { return x.read_bytes + x.write_bytes; };  // the plan's own traffic
             // Evicting for tile space costs the write-back of what leaves dirty and the re-read of all that
             // leaves. Tried: freeing 1/256 .. 1/4 of the buffer, or room to keep C, either sparing the node's
             // whole operands or not (furthest next use first); the cheapest plan wins.
@@ -291,8 +289,8 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         double unlimited = np.compute_s + cfg.node_overhead_s;  // the time with unlimited bandwidth
         if (cfg.efficiency)
             if (const KindEfficiency* k = cfg.efficiency->find(efficiency_key(g, np.node))) {
-                GemmShape s;
-                if (!gemm_shape(g, np.node, &s)) s = {};
+                GemmShape s;  // M = N = K = 0 when not a GEMM
+                gemm_shape(g, np.node, &s);
                 np.time_s = k->seconds(np.compute_s, np.memory_s, s.m, s.n, s.k);
                 unlimited = k->seconds(np.compute_s, 0, s.m, s.n, s.k);
                 np.calibrated = true;

@@ -59,6 +59,7 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
         }
         const predict::IterationPrediction p = predict::predict_iteration(g, hw);
         set.first_sample.push_back(set.samples.size());
+        set.roofline_s.push_back(p.time_s);
         for (size_t i = 0; i < rec.size(); ++i) {
             const predict::NodePrediction& np = p.nodes[i];
             predict::EfficiencySample s;

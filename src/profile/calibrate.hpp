@@ -27,6 +27,7 @@ struct CalibrationSet {
     std::vector<predict::EfficiencySample> samples;
     std::vector<ConfigRecord> configs;  // the configurations used
     std::vector<size_t> first_sample;   // configs[i]'s samples start here (and end at first_sample[i + 1])
+    std::vector<double> roofline_s;     // configs[i]'s step as the plain roofline predicts it
 };
 
 // `hw` gives the roofline the samples are relative to; its efficiency must be null.
