@@ -272,6 +272,10 @@ TEST(Calibration, PairsRecordsWithTheRebuiltGraph) {
     CalibrationOptions two;
     two.threads = 2;
     EXPECT_EQ(calibration_samples(db, hw, two).configs.size(), 1u);
+    // records that are not the graph this joule builds (another version): refused, not fitted
+    Store other(temp_db("foreign_records.db"));
+    other.put(record("lenet5", 2), node_records(3));
+    test::expect_error([&] { calibration_samples(other, hw, {}); }, "3 node records, the rebuilt training graph has");
 }
 
 }  // namespace

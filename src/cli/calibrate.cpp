@@ -95,7 +95,8 @@ void add_calibrate(CLI::App& app) {
         std::cout << "per kind: time = fixed + compute x (1 + half M/M)(1 + half N/N)(1 + half K/K) x roofline compute + memory x roofline memory\n"
                      "(outliers: nodes measured over 3x a robust first fit, left out; error: sum |predicted - measured| / sum measured)\n";
         k.print(std::cout);
-        std::cout << "\nin-sample check (the configurations fitted from; hold some out with --exclude to validate):\n";
+        std::cout << "\nin-sample check: measured step against the modelled roofline and calibrated steps (the configurations fitted from;\n"
+                     "hold some out with --exclude to validate):\n";
         t.print(std::cout);
         std::cout << "mean absolute error: roofline " << fixed(100 * roof_err / n, 1) << " %, calibrated " << fixed(100 * cal_err / n, 1) << " %\n";
     });
