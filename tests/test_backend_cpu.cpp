@@ -8,6 +8,8 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "graph/autodiff.hpp"
 #include "graph/error.hpp"
+#include "backend/registry.hpp"
+#include "plan/passes.hpp"
 #include "runtime/executor.hpp"
 
 namespace joule {
@@ -268,13 +270,19 @@ TEST(CpuBf16, GemmOpsTrackF32) {
         const TensorId y = build(g);
         const TensorId seed = g.constant("seed", g.tensor(y).desc, Init::normal(1));
         auto grads = differentiate(g, y, seed);
-        if (prec) apply_compute_precision(g, DType::BF16);
-        cpu::CpuBackend cpu(2);
-        std::vector<TensorId> keep = {y};
-        for (auto& [p, gr] : grads) keep.push_back(gr);
-        Executor ex(g, cpu, {keep, 3});
+        BackendSet backends({.threads = 2});
+        TrainGraph tg;
+        tg.graph = std::move(g);
+        const Plan plan = precision_plan(tg, prec ? DType::BF16 : DType::F32, PrecisionScope::Gemm, backends.get("cpu"));
+        LowerOptions lo;
+        lo.keep = {y};
+        for (auto& [p, gr] : grads) lo.keep.push_back(gr);
+        const LoweredGraph lg = lower(std::move(tg), plan, lo);
+        ExecutorOptions eo;
+        eo.seed = 3;
+        Executor ex(lg, backends, eo);
         ex.run_all();
-        for (TensorId t : keep) results[prec].emplace_back(ex.f32(t), ex.f32(t) + g.tensor(t).desc.numel());
+        for (TensorId t : lo.keep) results[prec].push_back(ex.read_f32(t));
     }
     ASSERT_EQ(results[0].size(), results[1].size());
     for (size_t i = 0; i < results[0].size(); ++i) {
@@ -292,6 +300,7 @@ TEST(CpuBackend, SupportsSaysWhy) {
     g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{}, {x, labels}, "loss");
     cpu::CpuBackend cpu(1);
     EXPECT_TRUE(supports_in(cpu, g, 0, DType::BF16));
+    EXPECT_FALSE(supports_in(cpu, g, 1, DType::BF16));
     g.node(1).compute = DType::BF16;
     const Support s = cpu.supports(g, 1);
     EXPECT_FALSE(s.ok);
@@ -301,6 +310,11 @@ TEST(CpuBackend, SupportsSaysWhy) {
     g.node(0).compute = DType::F16;
     EXPECT_FALSE(cpu.supports(g, 0).ok);
     EXPECT_THROW(Executor(g, cpu), Error);
+    // a bf16 node whose operand is stored in f32 is refused: the plan's Cast must convert it
+    g.node(0).compute = DType::BF16;
+    const Support missing_cast = cpu.supports(g, 0);
+    EXPECT_FALSE(missing_cast.ok);
+    EXPECT_NE(missing_cast.reason.find("Cast"), std::string::npos) << missing_cast.reason;
     EXPECT_THROW(cpu::CpuBackend(-1), Error);
 }
 

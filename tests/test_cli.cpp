@@ -14,6 +14,9 @@
 
 namespace {
 
+// The modelled meter's CPU spec, named so the tests run on any CPU (auto-matching needs this machine's spec).
+constexpr const char* kSpec = " --device-spec cpu-amd-epyc-turin-2vcpu";
+
 struct Result {
     int code;
     std::string out;  // stdout and stderr together
@@ -95,7 +98,7 @@ std::string temp_path(const std::string& name) {
 }
 
 TEST(Cli, TrainEnergyReportsPerLayerEnergy) {
-    const Result r = run("train --energy --steps 10 --threads 2 --idle-seconds 0.1");
+    const Result r = run("train --energy --steps 10 --threads 2 --idle-seconds 0.1" + std::string(kSpec));
     EXPECT_EQ(r.code, 0) << r.out;
     const bool rapl = access("/sys/class/powercap", F_OK) == 0;
     if (!rapl) {
@@ -104,7 +107,7 @@ TEST(Cli, TrainEnergyReportsPerLayerEnergy) {
         EXPECT_NE(r.out.find("per-layer energy per step (modelled"), std::string::npos) << r.out;
     }
     EXPECT_NE(r.out.find("idle/static (cpu)"), std::string::npos) << r.out;
-    const auto j = run_json("train --energy --steps 10 --threads 2 --idle-seconds 0.1 --json");
+    const auto j = run_json("train --energy --steps 10 --threads 2 --idle-seconds 0.1 --json" + std::string(kSpec));
     const auto& e = j["energy"];
     const double ops = e["per_step"]["ops_joules"], idle = e["per_step"]["idle_joules"], total = e["per_step"]["total_joules"];
     EXPECT_NEAR(ops + idle, total, 1e-9);
@@ -118,12 +121,12 @@ TEST(Cli, TrainEnergyReportsPerLayerEnergy) {
 
 TEST(Cli, ProfileSweepsStoresAndReports) {
     const std::string db = temp_path("p.db"), csv = temp_path("p.csv");
-    Result r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled");
+    Result r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled" + std::string(kSpec));
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("lenet5 batch 8 f32 1 threads"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("GFLOPS/W"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("(mod)"), std::string::npos) << r.out;
-    r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --meter modelled");
+    r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --meter modelled" + std::string(kSpec));
     EXPECT_NE(r.out.find("already in"), std::string::npos) << r.out;
     const auto j = run_json("profile --db " + db + " --report --json");
     ASSERT_EQ(j.size(), 2u);
@@ -162,7 +165,7 @@ TEST(Cli, AnalyzeModelsAndSweeps) {
 TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     const std::string db = temp_path("cal.db"), eff = temp_path("eff.yaml");
     const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS --overhead 4us";
-    Result r = run("profile --db " + db + " --batch 2,4 --threads 1 --iters 1 --warmup 1 --meter modelled");
+    Result r = run("profile --db " + db + " --batch 2,4 --threads 1 --iters 1 --warmup 1 --meter modelled" + std::string(kSpec));
     ASSERT_EQ(r.code, 0) << r.out;
     r = run("calibrate --db " + db + " --out " + eff + hw);
     EXPECT_EQ(r.code, 0) << r.out;
@@ -252,6 +255,38 @@ TEST(Cli, BadInputsFailClearly) {
         std::fclose(fp);
         expect_failure("profile --report --db " + bad, "is not a joule profile database");
     }
+}
+
+TEST(Cli, TrainAndInspectUnderAPlanFile) {
+    // the fingerprint of LeNet-5 at batch 8 (inspect prints it), then a plan putting two layers on the reference backend
+    const auto graph = run_json("inspect lenet5 --batch 8 --json");
+    const std::string plan = temp_path("alt.plan.yaml");
+    std::ofstream(plan) << "version: 1\ngraph: {model: lenet5, batch: 8, fingerprint: \"" << graph["fingerprint"].get<std::string>()
+                        << "\"}\nentries:\n  - {layer: \"conv2\", device: reference}\n  - {layer: \"fc*\", device: reference, dtype: bf16}\n";
+    const auto j = run_json("train --dataset synthetic --batch 8 --steps 3 --plan " + plan + " --json");
+    EXPECT_EQ(j["plan"], plan);
+    EXPECT_GT(j["transfers"].get<int>(), 0);
+    EXPECT_GT(j["casts"].get<int>(), 0);
+    ASSERT_EQ(j["devices"].size(), 2u);
+    EXPECT_EQ(j["devices"][1]["device"], "reference");
+    EXPECT_EQ(j["devices"][1]["timing"], "measured");
+    const auto planned = run_json("inspect lenet5 --batch 8 --plan " + plan + " --json");
+    bool transfer = false, on_reference = false;
+    for (const auto& n : planned["nodes"]) {
+        transfer = transfer || n["op"] == "Transfer";
+        on_reference = on_reference || (n["name"] == "conv2" && n["device"] == "reference" && n["plan_entry"] == plan + ":4");
+    }
+    EXPECT_TRUE(transfer && on_reference);
+    const Result dump = run("inspect lenet5 --batch 8 --plan " + plan + " --dump-after transfers");
+    EXPECT_EQ(dump.code, 0);
+    EXPECT_NE(dump.out.find("transfer:conv2:cpu"), std::string::npos) << dump.out.substr(0, 2000);
+    // the plan is for batch 8: another batch is refused, as are --dtype with --plan and bad plans
+    expect_failure("train --dataset synthetic --batch 4 --steps 1 --plan " + plan, "made for another graph");
+    expect_failure("train --plan " + plan + " --dtype bf16", "excludes");
+    expect_failure("train --plan /nonexistent.yaml", "no such plan file");
+    expect_failure("inspect lenet5 --dump-after fusion", "unknown pass 'fusion'");
+    std::ofstream(plan) << "version: 1\ngraph: {fingerprint: \"" << graph["fingerprint"].get<std::string>() << "\"}\nentries:\n  - {layer: \"fc1\", device: \"cuda:v100\"}\n";
+    expect_failure("train --dataset synthetic --batch 8 --steps 1 --plan " + plan, "cannot run here");
 }
 
 }  // namespace

@@ -192,7 +192,7 @@ TEST(Efficiency, DrivesNodeTimesInTheMemoryModel) {
     EXPECT_DOUBLE_EQ(waits.stall_s, waits.nodes[0].stall_s + waits.nodes[1].stall_s);
     EXPECT_DOUBLE_EQ(cal.read_bytes, roof.read_bytes);  // traffic does not depend on the curves
     EXPECT_EQ(efficiency_key(g, NodeId(0)), "Linear");
-    apply_compute_precision(g, DType::BF16);
+    g.node(0).compute = DType::BF16;
     EXPECT_EQ(efficiency_key(g, NodeId(0)), "Linear.bf16");
 }
 

@@ -1,5 +1,6 @@
-// Finite-difference gradient check of every differentiable op on the CPU backend (f32), including
-// nhwc and plain layouts, strides, padding, dilation, groups, transposes and gradient accumulation.
+// Finite-difference gradient check of every differentiable op on every backend that runs here (cpu,
+// reference; f32), including nhwc and plain layouts, strides, padding, dilation, groups, transposes and
+// gradient accumulation; and bf16 plans against f32.
 #include "grad_check.hpp"
 
 namespace joule::test {
@@ -111,9 +112,10 @@ std::vector<GradCase> cases() {
     return c;
 }
 
-class OpGradient : public ::testing::TestWithParam<GradCase> {};
-TEST_P(OpGradient, MatchesFiniteDifferences) { check_gradients(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cpu, OpGradient, ::testing::ValuesIn(cases()), [](const auto& info) { return param_name(info.param.name); });
+class OpGradient : public ::testing::TestWithParam<std::tuple<GradCase, std::string>> {};
+TEST_P(OpGradient, MatchesFiniteDifferences) { check_gradients(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+INSTANTIATE_TEST_SUITE_P(AllBackends, OpGradient, ::testing::Combine(::testing::ValuesIn(cases()), ::testing::ValuesIn(runnable_backends())),
+                         [](const auto& info) { return param_name(std::get<0>(info.param).name + "_" + std::get<1>(info.param)); });
 
 }  // namespace
 }  // namespace joule::test
@@ -121,8 +123,9 @@ INSTANTIATE_TEST_SUITE_P(Cpu, OpGradient, ::testing::ValuesIn(cases()), [](const
 namespace joule::test {
 namespace {
 
-// bf16: every node the CPU backend runs in bf16 is switched to it; outputs and gradients must stay
-// within bf16 rounding of the f32 run (whose gradients are checked by finite differences above).
+// bf16: every node the CPU backend runs in bf16 is switched to it (the built-in `--dtype bf16
+// --dtype-scope all` plan, casts as nodes); outputs and gradients must stay within bf16 rounding of the
+// f32 run (whose gradients are checked by finite differences above).
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 0;
     for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += double(b[i]) * b[i];
@@ -131,17 +134,21 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<std::vector<float>> run_case(const GradCase& c, bool bf16, int* lowered) {
     Prepared p = prepare(c);
-    cpu::CpuBackend cpu(1);
+    BackendSet backends({.threads = 1});
+    Plan plan = device_plan("cpu");
     if (bf16) {
-        apply_compute_precision(p.g, DType::BF16, [&](const Graph&, NodeId n) { return supports_in(cpu, p.g, n, DType::BF16); });
-        for (const Node& n : p.g.nodes()) *lowered += n.compute == DType::BF16;
+        TrainGraph tg;
+        tg.graph = p.g;
+        plan = precision_plan(tg, DType::BF16, PrecisionScope::All, backends.get("cpu"));
+        *lowered = int(plan.entries.size());
     }
-    Executor ex(p.g, cpu, keep_all(p));
-    if (c.fill) c.fill(ex, p.g);
+    const LoweredGraph lg = lower_case(p, plan);
+    Executor ex(lg, backends, seeded());
+    if (c.fill) c.fill(ex, lg.train.graph);
     ex.run_all();
     std::vector<std::vector<float>> out;
-    out.emplace_back(ex.f32(p.y), ex.f32(p.y) + p.g.tensor(p.y).desc.numel());
-    for (auto& [t, g] : p.grads) out.emplace_back(ex.f32(g), ex.f32(g) + p.g.tensor(g).desc.numel());
+    out.push_back(ex.read_f32(p.y));
+    for (auto& [t, g] : p.grads) out.push_back(ex.read_f32(g));
     return out;
 }
 
@@ -151,15 +158,11 @@ TEST_P(OpBf16, TracksF32WithinBf16Rounding) {
     const auto ref = run_case(GetParam(), false, &unused);
     const auto low = run_case(GetParam(), true, &lowered);
     if (lowered == 0) {
-        // f32-only ops (data movement, loss, gather) must say why they refuse bf16.
+        // f32-only ops (loss, gather) must say why they refuse bf16.
         Prepared p = prepare(GetParam());
-        cpu::CpuBackend cpu(1);
-        for (size_t n = 0; n < p.g.num_nodes(); ++n) {
-            p.g.node(NodeId(n)).compute = DType::BF16;
-            const Support s = cpu.supports(p.g, NodeId(n));
-            EXPECT_FALSE(s.ok);
-            EXPECT_FALSE(s.reason.empty()) << p.g.node(NodeId(n)).name;
-        }
+        BackendSet backends({.threads = 1});
+        Backend& cpu = backends.get("cpu");
+        for (size_t n = 0; n < p.g.num_nodes(); ++n) EXPECT_FALSE(supports_in(cpu, p.g, NodeId(n), DType::BF16)) << p.g.node(NodeId(n)).name;
         return;
     }
     ASSERT_EQ(ref.size(), low.size());

@@ -2,6 +2,8 @@
 // and foreign files), incremental sweeps whose energies add up, derived metrics, list parsing, and
 // calibration samples paired node by node with the rebuilt training graph.
 #include <gtest/gtest.h>
+
+#include "backend/registry.hpp"
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,7 +111,7 @@ TEST(Store, MigratesAVersion1Database) {
         "INSERT INTO nodes VALUES ('resnet18','cpu','f32',32,2,'measured',0,'conv1','Conv2d','conv','forward','',5,0.01,0,0.1,10,1e9,1e8);"
         "PRAGMA user_version = 1; PRAGMA application_id = 1246713164;");
     Store db(p);
-    EXPECT_EQ(db.schema_version(), 2);
+    EXPECT_EQ(db.schema_version(), kSchemaVersion);
     const auto cs = db.configs();
     ASSERT_EQ(cs.size(), 1u);
     EXPECT_EQ(cs[0].key.net, "resnet18");
@@ -163,7 +165,7 @@ TEST(Store, RefusesCorruptForeignAndNewerFiles) {
     const std::string newer = temp_db("newer.db");
     { Store s(newer); }
     sql(newer, "PRAGMA user_version = 9;");
-    test::expect_error([&] { Store s(newer); }, "newer than this joule's 2");
+    test::expect_error([&] { Store s(newer); }, "newer than this joule's " + std::to_string(kSchemaVersion));
     test::expect_error([] { Store s("/nonexistent/dir/p.db"); }, "cannot open the profile database");
 }
 
@@ -177,6 +179,7 @@ TEST(Sweep, IncrementalAndEnergiesAddUp) {
     o.iters = 3;
     o.warmup = 1;
     o.meter = "modelled";
+    o.device_spec = "cpu-amd-epyc-turin-2vcpu";  // any CPU: the modelled meter's spec is named
     EXPECT_EQ(run_sweep(db, o), 1);
     EXPECT_EQ(run_sweep(db, o), 0);  // already there
     o.force = true;
@@ -229,14 +232,16 @@ TEST(Calibration, PairsRecordsWithTheRebuiltGraph) {
     o.iters = 1;
     o.warmup = 1;
     o.meter = "modelled";
+    o.device_spec = "cpu-amd-epyc-turin-2vcpu";  // any CPU: the modelled meter's spec is named
     ASSERT_EQ(run_sweep(db, o), 2);
     predict::MemoryConfig hw;
     hw.capacity_bytes = 1 << 20, hw.bandwidth_bytes_per_s = 20e9, hw.peak_f32_flops = 100e9;
     const CalibrationSet set = calibration_samples(db, hw, {});
     ASSERT_EQ(set.configs.size(), 2u);
     ASSERT_EQ(set.first_sample.size(), 2u);
-    const ProfiledModel pm = profiled_model("lenet5", 2, DType::F32, 0, 128);
-    const Graph& g = pm.train.graph;
+    BackendSet backends;
+    const ProfiledModel pm = profiled_model("lenet5", 2, DType::F32, 0, 128, backends.get("cpu"));
+    const Graph& g = pm.lowered.train.graph;
     ASSERT_EQ(set.samples.size(), 2 * g.num_nodes());
     EXPECT_EQ(set.first_sample[1], g.num_nodes());
     const std::vector<NodeRecord> rec = db.nodes(set.configs[0].key);

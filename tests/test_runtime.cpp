@@ -9,6 +9,8 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/reference/reference_backend.hpp"
+#include "hw/device_spec.hpp"
 #include "data/dataset.hpp"
 #include "graph/error.hpp"
 #include "runtime/executor.hpp"
@@ -210,6 +212,53 @@ TEST(EnergyRecorder, MeasuredStepsAddUpAndSeeThePower) {
     EXPECT_NEAR(r.total_joules / r.seconds, 25.0, 3.0);
     EXPECT_NEAR(ops / r.seconds, 20.0, 3.0);
     EXPECT_GT(r.samples, 5u);
+}
+
+// An emulated device: the reference backend's results, each kernel reporting a modelled 2 ms.
+class ModelledBackend : public ReferenceBackend {
+public:
+    ModelledBackend() : ReferenceBackend("modelled_test") {}
+    TimeSource time_source() const override { return TimeSource::Modelled; }
+    std::unique_ptr<Kernel> prepare(const Graph& g, NodeId n, const std::vector<void*>& in, const std::vector<void*>& out) override {
+        struct Timed : Kernel {
+            std::unique_ptr<Kernel> k;
+            void run(const RunContext& c) override { k->run(c); }
+            std::optional<double> modelled_seconds() const override { return 2e-3; }
+        };
+        auto t = std::make_unique<Timed>();
+        t->k = ReferenceBackend::prepare(g, n, in, out);
+        return t;
+    }
+};
+
+TEST(Executor, ModelledDevicesReportModelledTimeAndEmulationApart) {
+    zoo::NetConfig cfg;
+    cfg.batch = 4;
+    zoo::Model m = zoo::build("lenet5", cfg);
+    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.01f, 0.9f));
+    ModelledBackend dev;
+    Executor ex(tg.graph, dev);
+    const hw::DeviceSpec spec = hw::load_device_spec(hw::data_file("cpu-amd-epyc-turin-2vcpu", "hw"));
+    energy::MeterChoice choice = energy::choose_meter("modelled", &spec, 1);
+    EnergyRecorder rec(choice, {0, std::chrono::milliseconds(1)});
+    rec.begin(ex);
+    for (int s = 0; s < 3; ++s) {
+        rec.step_begin();
+        ex.run_all();
+        rec.step_end();
+    }
+    const EnergyResult r = rec.finish(tg.graph);
+    for (size_t n = 0; n < tg.graph.num_nodes(); ++n) {
+        EXPECT_TRUE(ex.node_modelled()[n]);
+        EXPECT_DOUBLE_EQ(ex.node_seconds()[n], 3 * 2e-3);  // the model's time, not the wall clock
+        EXPECT_GT(ex.node_emulation_seconds()[n], 0);     // the host's time emulating, kept apart
+        EXPECT_EQ(r.node_joules[n], 0) << "host energy spent emulating is charged to no node";
+    }
+    EXPECT_GT(r.emulation_joules, 0);
+    double nodes = 0;
+    for (double j : r.node_joules) nodes += j;
+    EXPECT_NEAR(nodes + r.emulation_joules + r.idle_joules, r.total_joules, 1e-9);
+    for (const LayerTime& l : layer_times(ex, 3)) EXPECT_TRUE(l.modelled) << l.name;
 }
 
 }  // namespace

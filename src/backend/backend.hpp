@@ -5,9 +5,12 @@
 //   Support s = backend.supports(graph, n);          // {ok, reason}
 //   std::unique_ptr<Kernel> k = backend.prepare(graph, n, inputs, outputs);
 //   k->run({.training = true});
+//
+// Backends are created by name through backend/registry.hpp; nothing outside it names a backend class.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,26 +27,43 @@ struct Support {
     std::string reason;  // why not, when !ok
 };
 
+// Where a kernel's time comes from: the wall clock of a device that really runs here, or predict/'s
+// model of a device that is emulated (its results are real, its time and energy are not measurable).
+enum class TimeSource : uint8_t { Measured, Modelled };
+const char* time_source_name(TimeSource s);  // "measured" | "modelled"
+
 // A node's prepared kernel, bound to the buffers it was prepared with.
 class Kernel {
 public:
     virtual ~Kernel() = default;
     virtual void run(const RunContext& ctx) = 0;
+    // Emulated devices: the modelled seconds of the last run (the wall time of run() is then CPU time
+    // spent emulating, reported apart). Devices that really run: nullopt, the executor measures.
+    virtual std::optional<double> modelled_seconds() const { return std::nullopt; }
 };
 
 class Backend {
 public:
     virtual ~Backend() = default;
-    virtual const char* name() const = 0;
+    // The plan device this backend runs ("cpu", "reference", later "fpga_emu:s10").
+    virtual const std::string& device() const = 0;
     virtual Support supports(const Graph& g, NodeId n) const = 0;
     // Buffers are in the node's input/output order; each holds the tensor in its TensorDesc's dtype
-    // (f32 for floating-point tensors, i32 for indices and labels) and layout.
+    // (storage dtype: f32, bf16, i32 for indices and labels, u8 for small arg-max indices) and layout.
     virtual std::unique_ptr<Kernel> prepare(const Graph& g, NodeId n, const std::vector<void*>& inputs,
                                             const std::vector<void*>& outputs) = 0;
     virtual int threads() const = 0;
+    virtual TimeSource time_source() const { return TimeSource::Measured; }
 };
 
-// Whether `backend` can run node n of g in `dtype` (asks supports() with Node::compute set to it).
-bool supports_in(const Backend& backend, Graph& g, NodeId n, DType dtype);
+// The dtype contract of graph/ops.hpp every backend checks in supports(): each floating-point input
+// and output is stored in the node's compute dtype, except the op's f32 operands (OpInfo::f32_inputs /
+// f32_outputs), which are f32; outputs in `f32_allowed` may also be stored in f32 (a kernel that writes
+// f32 directly, e.g. weight gradients of a bf16 GEMM).
+Support check_dtypes(const Graph& g, NodeId n, OperandMask f32_allowed = 0);
+
+// Whether `backend` can run node n of g in `dtype` (asks supports() with Node::compute set to it and
+// the node's floating-point operands stored as that compute dtype would store them).
+bool supports_in(const Backend& backend, const Graph& g, NodeId n, DType dtype);
 
 }  // namespace joule

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "backend/registry.hpp"
 #include "graph/autodiff.hpp"
+#include "plan/passes.hpp"
 #include "graph/error.hpp"
 #include "predict/memory_model.hpp"
 #include "predict/units.hpp"
@@ -128,18 +130,19 @@ void add_analyze(CLI::App& app) {
         nc.batch = f->net.batch, nc.image_size = f->net.image_size, nc.seq_len = f->net.seq_len;
         zoo::Model m = zoo::build(f->net.net, nc);
         const OptimizerConfig opt = f->net.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
-        TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, opt);
-        apply_compute_precision(tg.graph, parse_dtype(f->net.dtype));
-        cfg.bf16_activations = parse_dtype(f->net.dtype) == DType::BF16;
-        const Graph& g = tg.graph;
+        TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
+        BackendSet backends;
+        const Plan plan = precision_plan(unplanned, parse_dtype(f->net.dtype), parse_precision_scope(f->net.scope), backends.get("cpu"));
+        const LoweredGraph lg = lower(std::move(unplanned), plan);
+        const Graph& g = lg.train.graph;
         if (!f->json && f->csv != "-")
-            std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", " << (cfg.bf16_activations ? "bf16 GEMMs, bf16 activations and gradients, f32 parameters and state, " : "f32, ")
-                      << g.num_nodes() << " nodes): all figures modelled\n";
+            std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", plan " << plan.name
+                      << ": tensors in their producer's dtype, " << lg.casts << " casts; " << g.num_nodes() << " nodes): all figures modelled\n";
         nlohmann::json out = nlohmann::json::array();
         Table sweep({"capacity", "bandwidth", "read", "written", "time ms", "util", "avg GB/s", "conv", "fc", "norm", "activation", "pooling", "other"});
         std::ostringstream csv;
         csv << "capacity_bytes,bandwidth_bytes_per_s,read_bytes,write_bytes,seconds,utilisation,avg_bandwidth,peak_bandwidth,peak_occupancy";
-        for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "other"}) csv << "," << t << "_bytes";
+        for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "cast", "transfer", "other"}) csv << "," << t << "_bytes";
         csv << "\n";
         for (double cap : capacities)
             for (double bw : bandwidths) {
@@ -153,7 +156,7 @@ void add_analyze(CLI::App& app) {
                     return it == types.end() || traffic <= 0 ? std::string("0.0 %") : fixed(100 * (it->second.read + it->second.write) / traffic, 1) + " %";
                 };
                 double other = 0;
-                for (const char* t : {"loss", "update", "other"}) {
+                for (const char* t : {"loss", "update", "cast", "transfer", "other"}) {
                     auto it = types.find(t);
                     if (it != types.end()) other += it->second.read + it->second.write;
                 }

@@ -26,6 +26,7 @@ struct NetOptions {
     int64_t seq_len = 128;
     std::string optimizer = "adam";
     std::string dtype = "f32";
+    std::string scope = "gemm";  // --dtype-scope
 };
 void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional);
 

@@ -40,7 +40,7 @@ Hardware resolve_hardware(const HardwareOptions& o) {
         if (d.onchip_kib <= 0 || d.mem_bandwidth_gbps <= 0 || d.peak_f32_gflops <= 0)
             throw Error(d.path + ": --device needs onchip_kib, mem_bandwidth_gbps and peak_f32_gflops");
         cfg.capacity_bytes = d.onchip_kib * 1024, cfg.bandwidth_bytes_per_s = d.mem_bandwidth_gbps * 1e9, cfg.peak_f32_flops = d.peak_f32_gflops * 1e9;
-        cfg.peak_bf16_flops = d.peak_bf16_gflops * 1e9;
+        cfg.peak_bf16_flops = d.peak_bf16_gflops * 1e9, cfg.peak_f16_flops = d.peak_f16_gflops * 1e9;
         h.capacity = h.bandwidth = h.peak = true;
     }
     if (!o.capacity.empty()) cfg.capacity_bytes = predict::parse_bytes(o.capacity, "--capacity"), h.capacity = true;

@@ -1,10 +1,14 @@
-// `joule inspect NET`: the TrainGraph node by node (phase, op, shapes, FLOPs, bytes) and its totals.
+// `joule inspect NET`: the planned TrainGraph node by node (phase, op, device, dtype, shapes, FLOPs, bytes)
+// and its totals; --plan FILE shows a plan's graph with its casts and transfers, --dump-after PASS the
+// graph after one pass of the pipeline.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "graph/autodiff.hpp"
+#include "backend/registry.hpp"
 #include "graph/cost.hpp"
+#include "plan/passes.hpp"
 #include "report/table.hpp"
 #include "zoo/zoo.hpp"
 
@@ -22,19 +26,34 @@ void add_inspect(CLI::App& app) {
     auto o = std::make_shared<NetOptions>();
     o->batch = 1;
     auto json = std::make_shared<bool>(false);
-    auto* cmd = app.add_subcommand("inspect", "print a net's TrainGraph with per-node FLOPs and bytes");
+    auto plan_file = std::make_shared<std::string>();
+    auto dump_after = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("inspect", "print a net's planned TrainGraph with per-node device, dtype, FLOPs and bytes");
     add_net_options(*cmd, *o, true);
     cmd->add_flag("--json", *json, "machine-readable output");
-    cmd->callback([o, json] {
+    auto* plan = cmd->add_option("--plan", *plan_file, "plan file to apply (default: the built-in plan of --dtype / --dtype-scope)");
+    for (const char* x : {"--dtype", "--dtype-scope"}) plan->excludes(x);
+    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, transfers or memory");
+    cmd->callback([o, json, plan_file, dump_after] {
+        if (!dump_after->empty()) check_pass_name(*dump_after);
         zoo::NetConfig cfg;
         cfg.batch = o->batch;
         cfg.image_size = o->image_size;
         cfg.seq_len = o->seq_len;
         zoo::Model m = zoo::build(o->net, cfg);
         const OptimizerConfig opt = o->optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
-        TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, opt);
-        apply_compute_precision(tg.graph, parse_dtype(o->dtype));
-        const Graph& g = tg.graph;
+        TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
+        const std::string print = fingerprint(unplanned);
+        BackendSet backends;
+        const Plan p = plan_file->empty() ? precision_plan(unplanned, parse_dtype(o->dtype), parse_precision_scope(o->scope), backends.get("cpu"))
+                                          : read_plan_file(*plan_file);
+        LowerOptions lo;
+        lo.keep = {m.logits, m.loss};
+        lo.dump_after = *dump_after;
+        lo.dump = &std::cout;
+        const LoweredGraph lg = lower(std::move(unplanned), p, lo);
+        if (!dump_after->empty()) return;
+        const Graph& g = lg.train.graph;
         const GraphCost total = graph_cost(g);
         if (*json) {
             nlohmann::json nodes = nlohmann::json::array();
@@ -45,12 +64,17 @@ void add_inspect(CLI::App& app) {
                 for (TensorId t : n.inputs) in.push_back({{"name", g.tensor(t).name}, {"desc", desc_str(g.tensor(t).desc)}});
                 for (TensorId t : n.outputs) out.push_back({{"name", g.tensor(t).name}, {"desc", desc_str(g.tensor(t).desc)}});
                 nodes.push_back({{"id", i}, {"name", n.name}, {"op", op_name(n.kind)}, {"phase", phase_name(n.phase)},
-                                 {"source", g.node(n.source).name}, {"compute", dtype_name(n.compute)}, {"inputs", in}, {"outputs", out},
+                                 {"source", g.node(n.source).name}, {"device", n.device}, {"compute", dtype_name(n.compute)},
+                                 {"plan_entry", lg.origin[i]}, {"inputs", in}, {"outputs", out},
                                  {"flops", c.flops}, {"bytes_read", c.bytes_read}, {"bytes_written", c.bytes_written},
                                  {"param_bytes", c.param_bytes}, {"activation_bytes", c.activation_bytes}});
             }
             std::cout << nlohmann::json{{"net", o->net},
                                         {"batch", o->batch},
+                                        {"fingerprint", print},
+                                        {"plan", p.name},
+                                        {"casts", lg.casts},
+                                        {"transfers", lg.transfers},
                                         {"parameters", g.parameter_count()},
                                         {"nodes", nodes},
                                         {"total", {{"flops", total.total.flops}, {"bytes_read", total.total.bytes_read}, {"bytes_written", total.total.bytes_written}}},
@@ -59,14 +83,15 @@ void add_inspect(CLI::App& app) {
                       << '\n';
             return;
         }
-        Table t({"#", "phase", "node", "op", "inputs", "outputs", "MFLOP", "read", "written"});
+        Table t({"#", "phase", "node", "op", "device", "dtype", "inputs", "outputs", "MFLOP", "read", "written"});
         for (size_t i = 0; i < g.num_nodes(); ++i) {
             const Node& n = g.node(NodeId(i));
             const NodeCost c = node_cost(g, NodeId(i));
-            t.add({std::to_string(i), phase_name(n.phase), n.name, std::string(op_name(n.kind)) + (n.compute != DType::F32 ? " [" + std::string(dtype_name(n.compute)) + "]" : ""),
-                   shapes(g, n.inputs), shapes(g, n.outputs), fixed(c.flops / 1e6, 3), bytes_str(c.bytes_read), bytes_str(c.bytes_written)});
+            t.add({std::to_string(i), phase_name(n.phase), n.name, op_name(n.kind), n.device, dtype_name(n.compute), shapes(g, n.inputs),
+                   shapes(g, n.outputs), fixed(c.flops / 1e6, 3), bytes_str(c.bytes_read), bytes_str(c.bytes_written)});
         }
         t.print(std::cout);
+        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers; graph fingerprint " << print << "\n";
         std::cout << g.num_nodes() << " nodes, " << g.parameter_count() << " parameters; per iteration: " << si(total.total.flops, "FLOP")
                   << " (forward " << si(total.forward.flops, "FLOP") << "), " << bytes_str(total.total.bytes_read) << " read, "
                   << bytes_str(total.total.bytes_written) << " written (each tensor counted once per access)\n";

@@ -13,9 +13,12 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional) {
     cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(CLI::NonNegativeNumber);
     cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
     cmd.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
-    cmd.add_option("--dtype", o.dtype, "compute precision: f32 or bf16 (storage stays f32; see --dtype-scope)")
+    cmd.add_option("--dtype", o.dtype, "precision of the built-in plan: f32 or bf16 (tensors stored in their producer's dtype, casts as nodes)")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "bf16"}));
+    cmd.add_option("--dtype-scope", o.scope, "gemm: --dtype on conv/linear/matmul (autocast's list); all: on every op the cpu runs in it")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"gemm", "all"}));
 }
 
 }  // namespace joule::cli

@@ -24,7 +24,7 @@ struct TrainFlags {
     int threads = 0;
     uint64_t seed = 1;
     bool json = false, quiet = false;
-    std::string scope = "gemm";
+    std::string plan;
     bool energy = false;
     std::string meter = "auto", device_spec;
     double idle_seconds = 0.5, sample_ms = 10;
@@ -66,10 +66,17 @@ void print_layers(const TrainResult& r, int64_t top) {
         t.add({rest.name, "", fixed(rest.forward_s * 1e3, 3), fixed(rest.backward_s * 1e3, 3), fixed(rest.update_s * 1e3, 3), fixed(s * 1e3, 3),
                fixed(100 * s / total, 1) + " %", s > 0 ? fixed(rest.flops / s / 1e9, 1) : "-"});
     }
-    std::cout << "\nper-layer time per step (measured, steady clock; " << r.threads << " threads; mean of " << r.timed_steps
-              << " steps after warm-up):\n";
+    const bool mixed = r.step_modelled_seconds > 0;
+    std::cout << "\nper-layer time per step (" << (mixed ? "measured, steady clock, and modelled where a layer ran on an emulated device" : "measured, steady clock")
+              << "; " << r.threads << " threads; mean of " << r.timed_steps << " steps after warm-up):\n";
     t.print(std::cout);
-    std::cout << "step total " << fixed(total * 1e3, 3) << " ms (measured)\n";
+    if (!mixed) {
+        std::cout << "step total " << fixed(total * 1e3, 3) << " ms (measured)\n";
+        return;
+    }
+    std::cout << "step schedule " << fixed(r.step_seconds * 1e3, 3) << " ms = measured " << fixed((r.step_seconds - r.step_modelled_seconds) * 1e3, 3)
+              << " ms + modelled " << fixed(r.step_modelled_seconds * 1e3, 3) << " ms; wall time " << fixed(r.step_wall_seconds * 1e3, 3)
+              << " ms (measured), of which " << fixed(r.emulation_seconds * 1e3, 3) << " ms emulating modelled devices\n";
 }
 void print_energy(const TrainResult& r, int64_t top) {
     const EnergyResult& e = *r.energy;
@@ -120,9 +127,8 @@ void add_train(CLI::App& app) {
     cmd->add_option("--threads", f->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
     cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
-    cmd->add_option("--dtype-scope", f->scope, "gemm: --dtype on conv/linear/matmul (autocast's list); all: on every op the backend runs in it")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"gemm", "all"}));
+    auto* plan = cmd->add_option("--plan", f->plan, "plan file: device and precision per layer or node (see README: Plans)");
+    for (const char* o : {"--dtype", "--dtype-scope"}) plan->excludes(o);
     cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
     cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
         ->capture_default_str()
@@ -145,8 +151,9 @@ void add_train(CLI::App& app) {
         o.seq_len = f->net.seq_len;
         o.threads = f->threads;
         o.seed = f->seed;
+        o.plan_file = f->plan;
         o.dtype = parse_dtype(f->net.dtype);
-        o.low_precision_everywhere = f->scope == "all";
+        o.scope = parse_precision_scope(f->net.scope);
         o.energy = f->energy;
         o.meter = f->meter;
         o.device_spec = f->device_spec;
@@ -162,20 +169,26 @@ void add_train(CLI::App& app) {
         const bool tty = isatty(STDERR_FILENO);
         if (!f->json)
             std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
-                      << f->net.optimizer << " lr " << o.optimizer.lr << ", " << f->net.dtype
-                      << (o.dtype == DType::F32 ? "" : (o.low_precision_everywhere ? " on every op that supports it" : " on conv/linear/matmul"))
-                      << ", cpu (oneDNN)\n";
+                      << f->net.optimizer << " lr " << o.optimizer.lr << ", "
+                      << (!o.plan_file.empty() ? "plan " + o.plan_file
+                                               : f->net.dtype + (o.dtype == DType::F32 ? "" : o.scope == PrecisionScope::All ? " on every op that supports it" : " on conv/linear/matmul") + ", cpu (oneDNN)")
+                      << "\n";
         const TrainResult r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty](const TrainProgress& p) { print_progress(p, tty); });
         if (f->json) {
             nlohmann::json j = {{"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
-                                {"parameters", r.parameters}, {"step_seconds", r.step_seconds}, {"timed_steps", r.timed_steps}, {"timing", "measured"},
+                                {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},
+                                {"step_seconds", r.step_seconds}, {"step_modelled_seconds", r.step_modelled_seconds},
+                                {"step_wall_seconds", r.step_wall_seconds}, {"emulation_seconds", r.emulation_seconds}, {"timed_steps", r.timed_steps},
+                                {"timing", r.step_modelled_seconds > 0 ? "measured and modelled" : "measured"},
                                 {"buffer_bytes", r.buffer_bytes}, {"unshared_buffer_bytes", r.unshared_bytes}};
+            for (const auto& d : r.devices)
+                j["devices"].push_back({{"device", d.device}, {"seconds", d.seconds}, {"nodes", d.nodes}, {"timing", d.modelled ? "modelled" : "measured"}});
             for (const EpochResult& e : r.epochs)
                 j["epochs"].push_back({{"loss", e.loss}, {"seconds", e.seconds}, {"images_per_second", e.images_per_s}, {"steps", e.steps}});
             if (r.test_accuracy >= 0) j["test_accuracy"] = r.test_accuracy, j["test_samples"] = r.test_samples;
             for (const LayerTime& l : r.layers) {
                 nlohmann::json row = {{"name", l.name}, {"op", l.kind}, {"forward_seconds", l.forward_s}, {"backward_seconds", l.backward_s},
-                                      {"update_seconds", l.update_s}, {"flops", l.flops}};
+                                      {"update_seconds", l.update_s}, {"flops", l.flops}, {"timing", l.modelled ? "measured and modelled" : "measured"}};
                 if (r.energy) row["joules"] = {{"forward", l.forward_j}, {"backward", l.backward_j}, {"update", l.update_j}};
                 j["layers"].push_back(row);
             }
@@ -197,6 +210,10 @@ void add_train(CLI::App& app) {
             std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << " % on " << r.test_samples << " images\n";
         std::cout << "tensor memory " << bytes_str(double(r.buffer_bytes)) << " (" << bytes_str(double(r.unshared_bytes))
                   << " without buffer reuse)\n";
+        std::cout << "plan " << r.plan << ": " << r.casts << " casts, " << r.transfers << " transfers; per step:";
+        for (const auto& d : r.devices)
+            std::cout << " " << d.device << " " << fixed(d.seconds * 1e3, 3) << " ms (" << (d.modelled ? "modelled" : "measured") << ", " << d.nodes << " nodes)";
+        std::cout << "\n";
         print_layers(r, f->top);
         if (r.energy) print_energy(r, f->top);
     });

@@ -52,9 +52,13 @@ private:
 double measure_idle_power(PowerMeter& meter, double seconds, std::chrono::microseconds period = std::chrono::milliseconds(10));
 
 // One executed node: [start, end] on the steady clock.
+// One node run: its wall-clock interval, the device that ran it (an index into the executor's device
+// list), and whether that device is emulated (its wall time is host CPU time spent emulating).
 struct NodeSpan {
     NodeId node;
     double start, end;
+    int16_t device = 0;
+    bool emulated = false;
 };
 
 struct Attribution {

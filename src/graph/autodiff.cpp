@@ -149,9 +149,4 @@ bool is_gemm_node(const Graph& g, NodeId n) {
     return c == OpCategory::Conv || c == OpCategory::FullyConnected;
 }
 
-void apply_compute_precision(Graph& g, DType dtype, const std::function<bool(const Graph&, NodeId)>& eligible) {
-    for (size_t i = 0; i < g.num_nodes(); ++i)
-        if (eligible(g, NodeId(i))) g.node(NodeId(i)).compute = dtype;
-}
-
 }  // namespace joule

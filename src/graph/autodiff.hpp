@@ -9,7 +9,6 @@
 // forward node it came from (Node::source): this is the graph the planner places node by node.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -82,8 +81,4 @@ TrainGraph build_train_graph(Graph forward, TensorId loss, const OptimizerConfig
 
 // Conv, linear and matmul nodes, forward and backward: PyTorch autocast's lower-precision list.
 bool is_gemm_node(const Graph& g, NodeId n);
-// Sets Node::compute to `dtype` on every node `eligible` accepts (default: the GEMM-class nodes).
-// Storage stays f32; the backend casts operands (the cast is part of the op's cost).
-void apply_compute_precision(Graph& g, DType dtype, const std::function<bool(const Graph&, NodeId)>& eligible = is_gemm_node);
-
 }  // namespace joule

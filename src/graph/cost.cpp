@@ -18,9 +18,8 @@ NodeCost node_cost(const Graph& g, NodeId id) {
         c.activation_bytes += double(g.tensor(t).desc.bytes());
     }
     const OpCategory cat = op_info(n.kind).category;
-    if (cat == OpCategory::Update)  // writes param and state back
-        for (size_t i = 0; i < n.inputs.size(); ++i)
-            if (i != 1) c.bytes_written += double(g.tensor(n.inputs[i]).desc.bytes());
+    for (size_t i = 0; i < n.inputs.size(); ++i)  // inputs written back in place
+        if (has_bit(op_info(n.kind).inplace, i)) c.bytes_written += double(g.tensor(n.inputs[i]).desc.bytes());
     c.flops = op_info(n.kind).flops(n, in, out);
     if (cat == OpCategory::Conv || cat == OpCategory::FullyConnected) {
         double bias = 0;  // bias additions are not multiply-adds

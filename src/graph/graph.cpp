@@ -33,6 +33,7 @@ TensorId Graph::add_tensor(const std::string& name, const TensorDesc& desc, Tens
     if (desc.layout == Layout::ChannelsLast && desc.rank() != 4)
         throw Error("tensor '" + name + "': nhwc layout needs rank 4, got " + shape_str(desc.shape));
     tensors_.push_back(Tensor{desc, name, role, kNone, init});
+    consumers_.emplace_back();
     return TensorId(tensors_.size() - 1);
 }
 
@@ -49,20 +50,40 @@ TensorId Graph::constant(const std::string& name, const TensorDesc& desc, Init i
     return add_tensor(name, desc, TensorRole::Constant, init);
 }
 
-std::vector<TensorId> Graph::add(OpKind kind, Attrs attrs, std::vector<TensorId> inputs, const std::string& name,
-                                 Phase phase, NodeId source, std::optional<TensorDesc> grad_of, TensorRole out_role) {
-    const OpInfo& info = op_info(kind);
-    const std::string where = "op '" + name + "' (" + info.name + ")";
-    const int n_in = int(inputs.size());
+std::vector<TensorDesc> Graph::infer(const Node& node, const std::string& where) const {
+    const OpInfo& info = op_info(node.kind);
+    const int n_in = int(node.inputs.size());
     if (n_in < info.min_inputs || (info.max_inputs >= 0 && n_in > info.max_inputs))
         throw Error(where + ": takes " + std::to_string(info.min_inputs) +
                     (info.max_inputs == info.min_inputs ? "" : (info.max_inputs < 0 ? "+" : "-" + std::to_string(info.max_inputs))) +
                     " inputs, got " + std::to_string(n_in));
     std::vector<TensorDesc> in;
-    for (TensorId t : inputs) {
+    for (TensorId t : node.inputs) {
         if (t < 0 || size_t(t) >= tensors_.size()) throw Error(where + ": input tensor id " + std::to_string(t) + " does not exist");
         in.push_back(tensors_[size_t(t)].desc);
     }
+    try {
+        return info.shape(node, in);
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    } catch (const std::bad_variant_access&) {
+        throw InternalError(where + ": attributes of the wrong type");
+    }
+}
+
+NodeId Graph::push_node(Node node) {
+    const NodeId id = NodeId(nodes_.size());
+    for (TensorId t : node.outputs) tensors_[size_t(t)].producer = id;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+        auto& c = consumers_[size_t(node.inputs[i])];
+        if (c.empty() || c.back() != id) c.push_back(id);
+    }
+    nodes_.push_back(std::move(node));
+    return id;
+}
+
+std::vector<TensorId> Graph::add(OpKind kind, Attrs attrs, std::vector<TensorId> inputs, const std::string& name,
+                                 Phase phase, NodeId source, std::optional<TensorDesc> grad_of, TensorRole out_role) {
     Node node;
     node.kind = kind;
     node.attrs = std::move(attrs);
@@ -70,41 +91,42 @@ std::vector<TensorId> Graph::add(OpKind kind, Attrs attrs, std::vector<TensorId>
     node.name = name;
     node.phase = phase;
     node.grad_of = std::move(grad_of);
-    std::vector<TensorDesc> out;
-    try {
-        out = info.shape(node, in);
-    } catch (const Error& e) {
-        throw Error(where + ": " + e.what());
-    } catch (const std::bad_variant_access&) {
-        throw InternalError(where + ": attributes of the wrong type");
-    }
+    const std::vector<TensorDesc> out = infer(node, "op '" + name + "' (" + op_name(kind) + ")");
     const NodeId id = NodeId(nodes_.size());
     node.source = source == kNone ? id : source;
     for (size_t i = 0; i < out.size(); ++i) {
         const std::string tname = out.size() == 1 ? name : name + ":" + std::to_string(i);
-        TensorId t = add_tensor(tname, out[i], out_role, Init::zeros());
-        tensors_[size_t(t)].producer = id;
-        node.outputs.push_back(t);
+        node.outputs.push_back(add_tensor(tname, out[i], out_role, Init::zeros()));
     }
-    nodes_.push_back(std::move(node));
+    push_node(std::move(node));
     return nodes_.back().outputs;
+}
+
+Graph Graph::tensors_only() const {
+    Graph g;
+    g.tensors_ = tensors_;
+    for (Tensor& t : g.tensors_) t.producer = kNone;
+    g.consumers_.assign(tensors_.size(), {});
+    return g;
+}
+
+NodeId Graph::append(Node node) {
+    const std::string where = "op '" + node.name + "' (" + op_name(node.kind) + ")";
+    const std::vector<TensorDesc> out = infer(node, where);
+    JOULE_ASSERT(out.size() == node.outputs.size(), where + ": output count changed");
+    for (size_t i = 0; i < out.size(); ++i) {
+        const Tensor& t = tensor(node.outputs[i]);
+        JOULE_ASSERT(t.producer == kNone, where + ": output '" + t.name + "' already has a producer");
+        JOULE_ASSERT(t.desc.shape == out[i].shape && t.desc.layout == out[i].layout,
+                     where + ": output '" + t.name + "' is " + desc_str(t.desc) + ", the shape rule gives " + desc_str(out[i]));
+    }
+    return push_node(std::move(node));
 }
 
 std::vector<TensorId> Graph::tensors_with_role(TensorRole r) const {
     std::vector<TensorId> ids;
     for (size_t i = 0; i < tensors_.size(); ++i)
         if (tensors_[i].role == r) ids.push_back(TensorId(i));
-    return ids;
-}
-
-std::vector<NodeId> Graph::consumers(TensorId t) const {
-    std::vector<NodeId> ids;
-    for (size_t i = 0; i < nodes_.size(); ++i)
-        for (TensorId in : nodes_[i].inputs)
-            if (in == t) {
-                ids.push_back(NodeId(i));
-                break;
-            }
     return ids;
 }
 

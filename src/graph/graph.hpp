@@ -58,7 +58,8 @@ struct Node {
     std::string name;
     Phase phase = Phase::Forward;
     NodeId source = kNone;         // the forward node this node was derived from (itself for forward nodes)
-    DType compute = DType::F32;    // precision the backend computes in (storage stays f32)
+    DType compute = DType::F32;    // precision the backend computes in (set by plan/'s decide pass)
+    std::string device = "cpu";    // plan device "backend[:spec]" that runs it (set by plan/'s decide pass)
     std::optional<TensorDesc> grad_of;  // backward ops: desc of the forward tensor whose gradient output 0 is
 };
 
@@ -87,15 +88,25 @@ public:
     size_t num_nodes() const { return nodes_.size(); }
 
     std::vector<TensorId> tensors_with_role(TensorRole r) const;
-    // Nodes that read tensor t, in order.
-    std::vector<NodeId> consumers(TensorId t) const;
+    // Nodes that read tensor t, in order (indexed: constant time).
+    const std::vector<NodeId>& consumers(TensorId t) const { return consumers_.at(size_t(t)); }
+
+    // For graph passes that rebuild a graph: the same tensors (same ids, no producers) and no nodes;
+    // then append() the nodes again in a valid order, rewired or interleaved with new ones.
+    Graph tensors_only() const;
+    // Appends a node whose outputs already exist as tensors of this graph (without producers). Its shape
+    // rule must give those tensors' shapes and layouts; dtypes may differ (passes set storage dtypes).
+    NodeId append(Node node);
     std::optional<TensorId> find_tensor(const std::string& name) const;
     int64_t parameter_count() const;  // elements over all Parameter tensors
 
 private:
     TensorId add_tensor(const std::string& name, const TensorDesc& desc, TensorRole role, Init init);
+    std::vector<TensorDesc> infer(const Node& node, const std::string& where) const;
+    NodeId push_node(Node node);
     std::vector<Tensor> tensors_;
     std::vector<Node> nodes_;
+    std::vector<std::vector<NodeId>> consumers_;  // per tensor
 };
 
 template <class A>

@@ -1,6 +1,7 @@
 // The one op catalogue (see ops.hpp for what adding an op touches).
 #include <array>
 
+#include "graph/graph.hpp"
 #include "graph/ops/rules.hpp"
 
 namespace joule {
@@ -11,11 +12,11 @@ using C = OpCategory;
 using K = OpKind;
 
 constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
-    {K::Conv2d, "Conv2d", 2, 3, C::Conv, shape_Conv2d, flops_Conv2d, grad_Conv2d},
-    {K::Linear, "Linear", 2, 3, C::FullyConnected, shape_Linear, flops_Linear, grad_Linear},
+    {K::Conv2d, "Conv2d", 2, 3, C::Conv, shape_Conv2d, flops_Conv2d, grad_Conv2d, 0, 0b100},
+    {K::Linear, "Linear", 2, 3, C::FullyConnected, shape_Linear, flops_Linear, grad_Linear, 0, 0b100},
     {K::MatMul, "MatMul", 2, 2, C::FullyConnected, shape_MatMul, flops_MatMul, grad_MatMul},
-    {K::BatchNorm2d, "BatchNorm2d", 5, 5, C::Norm, shape_BatchNorm2d, flops_BatchNorm2d, grad_BatchNorm2d},
-    {K::LayerNorm, "LayerNorm", 3, 3, C::Norm, shape_LayerNorm, flops_LayerNorm, grad_LayerNorm},
+    {K::BatchNorm2d, "BatchNorm2d", 5, 5, C::Norm, shape_BatchNorm2d, flops_BatchNorm2d, grad_BatchNorm2d, 0b11000, 0b11110, 0b110},
+    {K::LayerNorm, "LayerNorm", 3, 3, C::Norm, shape_LayerNorm, flops_LayerNorm, grad_LayerNorm, 0, 0b110, 0b110},
     {K::Relu, "Relu", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
     {K::Relu6, "Relu6", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
     {K::Gelu, "Gelu", 1, 1, C::Activation, shape_Eltwise, flops_Eltwise, grad_Eltwise},
@@ -35,11 +36,11 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::Embedding, "Embedding", 2, 2, C::Other, shape_Embedding, flops_Embedding, grad_Embedding},
     {K::SoftmaxCrossEntropy, "SoftmaxCrossEntropy", 2, 2, C::Loss, shape_SoftmaxCrossEntropy, flops_SoftmaxCrossEntropy, grad_SoftmaxCrossEntropy},
     {K::ConvBackwardData, "ConvBackwardData", 2, 2, C::Conv, shape_ConvBackwardData, flops_ConvBackwardData, nullptr},
-    {K::ConvBackwardWeights, "ConvBackwardWeights", 2, 2, C::Conv, shape_ConvBackwardWeights, flops_ConvBackwardWeights, nullptr},
+    {K::ConvBackwardWeights, "ConvBackwardWeights", 2, 2, C::Conv, shape_ConvBackwardWeights, flops_ConvBackwardWeights, nullptr, 0, 0, 0b10},
     {K::LinearBackwardData, "LinearBackwardData", 2, 2, C::FullyConnected, shape_LinearBackwardData, flops_LinearBackwardData, nullptr},
-    {K::LinearBackwardWeights, "LinearBackwardWeights", 2, 2, C::FullyConnected, shape_LinearBackwardWeights, flops_LinearBackwardWeights, nullptr},
-    {K::BatchNormBackward, "BatchNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr},
-    {K::LayerNormBackward, "LayerNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr},
+    {K::LinearBackwardWeights, "LinearBackwardWeights", 2, 2, C::FullyConnected, shape_LinearBackwardWeights, flops_LinearBackwardWeights, nullptr, 0, 0, 0b10},
+    {K::BatchNormBackward, "BatchNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr, 0, 0b11100, 0b110},
+    {K::LayerNormBackward, "LayerNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr, 0, 0b11100, 0b110},
     {K::ReluBackward, "ReluBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
     {K::Relu6Backward, "Relu6Backward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
     {K::GeluBackward, "GeluBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
@@ -52,8 +53,10 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::SoftmaxBackward, "SoftmaxBackward", 2, 2, C::Activation, shape_SoftmaxBackward, flops_SoftmaxBackward, nullptr},
     {K::EmbeddingBackward, "EmbeddingBackward", 2, 2, C::Other, shape_EmbeddingBackward, flops_EmbeddingBackward, nullptr},
     {K::SoftmaxCrossEntropyBackward, "SoftmaxCrossEntropyBackward", 3, 3, C::Loss, shape_SoftmaxCrossEntropyBackward, flops_SoftmaxCrossEntropyBackward, nullptr},
-    {K::SgdUpdate, "SgdUpdate", 2, 3, C::Update, shape_SgdUpdate, flops_SgdUpdate, nullptr},
-    {K::AdamUpdate, "AdamUpdate", 4, 4, C::Update, shape_AdamUpdate, flops_AdamUpdate, nullptr},
+    {K::SgdUpdate, "SgdUpdate", 2, 3, C::Update, shape_SgdUpdate, flops_SgdUpdate, nullptr, 0b101, 0b111},
+    {K::AdamUpdate, "AdamUpdate", 4, 4, C::Update, shape_AdamUpdate, flops_AdamUpdate, nullptr, 0b1101, 0b1111},
+    {K::Cast, "Cast", 1, 1, C::Cast, shape_Cast, flops_Cast, grad_Cast},
+    {K::Transfer, "Transfer", 1, 1, C::Transfer, shape_Transfer, flops_Transfer, grad_Transfer},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -66,6 +69,12 @@ static_assert(table_in_enum_order(), "catalogue rows must follow OpKind order");
 }  // namespace
 
 const OpInfo& op_info(OpKind k) { return kOps.at(size_t(k)); }
+
+uint64_t dropout_stream(const Node& n) {
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the name
+    for (unsigned char c : n.name) h = (h ^ c) * 0x100000001b3ULL;
+    return mix64(attrs_as<DropoutAttrs>(n).seed ^ h);
+}
 const char* op_name(OpKind k) { return op_info(k).name; }
 
 const char* category_name(OpCategory c) {
@@ -77,6 +86,8 @@ const char* category_name(OpCategory c) {
         case OpCategory::Pooling: return "pooling";
         case OpCategory::Loss: return "loss";
         case OpCategory::Update: return "update";
+        case OpCategory::Cast: return "cast";
+        case OpCategory::Transfer: return "transfer";
         case OpCategory::Other: return "other";
     }
     return "?";

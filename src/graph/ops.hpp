@@ -10,7 +10,9 @@
 //   2. graph/ops/<family>.cpp its shape rule, FLOP rule and gradient rule (declared in ops/rules.hpp)
 //   3. graph/op_catalog.cpp  its row in the table
 //   4. backend/cpu/<family>.cpp its oneDNN kernel, and the dispatch in backend/cpu/cpu_backend.cpp
-//   5. tests/graph/test_op_gradients.cpp a finite-difference case
+//   5. backend/reference/<family>.cpp its naive reference loop (the oracle every backend is tested against)
+//   6. tests/test_op_gradients.cpp a finite-difference case; tests/test_backend_ops.cpp a consistency case
+// and, when it writes an input in place or keeps operands in f32, the masks in its catalogue row.
 #pragma once
 
 #include <cstdint>
@@ -38,11 +40,13 @@ enum class OpKind : uint16_t {
     SliceBackward, SoftmaxBackward, EmbeddingBackward, SoftmaxCrossEntropyBackward,
     // optimizer updates (write their parameter and state inputs in place)
     SgdUpdate, AdamUpdate,
+    // plan-implied nodes, inserted by plan/'s passes: a storage-dtype change, a tensor crossing devices
+    Cast, Transfer,
     Count
 };
 
 // Layer categories for per-layer-type breakdowns (the characterisation study's and CNNLab's tables).
-enum class OpCategory : uint8_t { Conv, FullyConnected, Norm, Activation, Pooling, Loss, Update, Other };
+enum class OpCategory : uint8_t { Conv, FullyConnected, Norm, Activation, Pooling, Loss, Update, Cast, Transfer, Other };
 const char* category_name(OpCategory c);
 
 struct NoAttrs {};
@@ -86,6 +90,9 @@ struct ReshapeAttrs {
 struct TransposeAttrs {
     std::vector<int64_t> perm;
 };
+// The mask of the element at storage position i at step t is a hash of (seed, the node's name, t, i):
+// reproducible, parallel, the same on every backend, and unchanged when passes insert nodes (see
+// dropout_stream()).
 struct DropoutAttrs {
     float p = 0.5f;
     uint64_t seed = 0;
@@ -103,8 +110,18 @@ struct AdamAttrs {
     float weight_decay = 0.0f;
 };
 
-using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs,
-                           SliceAttrs, ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs>;
+// Cast(X) = X converted to `to` (round to nearest even); gradient: a cast back.
+struct CastAttrs {
+    DType to = DType::F32;
+};
+// Transfer(X) = X copied from device `from` to device `to` (plan device names, "backend[:spec]");
+// gradient: a transfer back.
+struct TransferAttrs {
+    std::string from, to;
+};
+
+using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs, SliceAttrs,
+                           ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs>;
 
 struct Node;
 class GradBuilder;
@@ -117,6 +134,9 @@ using FlopRule = double (*)(const Node&, const std::vector<TensorDesc>& in, cons
 // Gradient rule: emits backward IR nodes for a forward node (nullptr for ops that are not differentiated).
 using GradRule = void (*)(GradBuilder&, const Node&);
 
+// Bit i of a mask stands for input (or output) i.
+using OperandMask = uint8_t;
+
 struct OpInfo {
     OpKind kind;
     const char* name;
@@ -126,9 +146,33 @@ struct OpInfo {
     ShapeRule shape;
     FlopRule flops;
     GradRule grad;
+    // Inputs the op writes in place (optimizer parameter and state, BatchNorm's running statistics).
+    // No pass may put a Cast or Transfer in front of them: the write must reach the tensor itself.
+    OperandMask inplace = 0;
+    // Floating-point inputs / outputs that stay f32 whatever the node's compute dtype (normalisation
+    // statistics and scales, biases, optimizer operands). Every other floating-point operand is in the
+    // node's compute dtype, unless the Plan stores an output otherwise and the backend supports it.
+    OperandMask f32_inputs = 0;
+    OperandMask f32_outputs = 0;
 };
 
 const OpInfo& op_info(OpKind k);
 const char* op_name(OpKind k);
+inline bool has_bit(OperandMask m, size_t i) { return i < 8 && (m >> i) & 1u; }
+
+struct Node;
+// Dropout's random stream: a hash of its seed attribute and the node's name (stable across passes).
+uint64_t dropout_stream(const Node& n);
+// splitmix64, the counter-based hash behind dropout masks.
+inline uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+// Whether dropout keeps element i at a step whose base is mix64(stream + step), for drop probability p.
+inline bool dropout_keeps(uint64_t step_base, int64_t i, float p) {
+    return mix64(step_base + uint64_t(i)) >= uint64_t(double(p) * 18446744073709551615.0);
+}
 
 }  // namespace joule

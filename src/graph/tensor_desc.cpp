@@ -15,6 +15,7 @@ const char* dtype_name(DType t) {
         case DType::BF16: return "bf16";
         case DType::F16: return "f16";
         case DType::I32: return "i32";
+        case DType::U8: return "u8";
     }
     return "?";
 }
@@ -32,6 +33,7 @@ size_t dtype_size(DType t) {
         case DType::BF16: return 2;
         case DType::F16: return 2;
         case DType::I32: return 4;
+        case DType::U8: return 1;
     }
     return 0;
 }

@@ -12,7 +12,9 @@
 
 namespace joule {
 
-enum class DType : uint8_t { F32, BF16, F16, I32 };
+// U8: small indices (max-pooling's arg-max inside a window of at most 255 elements).
+enum class DType : uint8_t { F32, BF16, F16, I32, U8 };
+inline bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 enum class Layout : uint8_t { Plain, ChannelsLast };
 
 const char* dtype_name(DType t);

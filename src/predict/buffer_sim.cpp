@@ -25,14 +25,14 @@ SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double
     const size_t nt = g.num_tensors();
     std::vector<int64_t> base(nt + 1, 0), blocks(nt, 0);
     for (size_t t = 0; t < nt; ++t) {
-        blocks[t] = std::max<int64_t>(1, int64_t(std::ceil(stored_bytes(g, TensorId(t), cfg) / bb)));
+        blocks[t] = std::max<int64_t>(1, int64_t(std::ceil(stored_bytes(g, TensorId(t)) / bb)));
         base[t + 1] = base[t] + blocks[t];
     }
     std::vector<bool> block_persistent(static_cast<size_t>(base[nt]), false);
     std::vector<double> size(static_cast<size_t>(base[nt]), bb);  // the last block of a tensor holds the rest
     for (size_t t = 0; t < nt; ++t) {
         if (persists(g.tensor(TensorId(t)).role)) std::fill(block_persistent.begin() + base[t], block_persistent.begin() + base[t + 1], true);
-        size[size_t(base[t + 1] - 1)] = stored_bytes(g, TensorId(t), cfg) - bb * double(blocks[t] - 1);
+        size[size_t(base[t + 1] - 1)] = stored_bytes(g, TensorId(t)) - bb * double(blocks[t] - 1);
     }
 
     // The trace: the model's schedule and tilings.
@@ -48,7 +48,7 @@ SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double
         node = int32_t(i);
         const Node& n = g.node(NodeId(i));
         GemmShape s;
-        if (gemm_shape(g, NodeId(i), &s, cfg)) {
+        if (gemm_shape(g, NodeId(i), &s)) {
             const std::string& tiling = model.nodes[i].tiling;
             const double tm = std::stod(tiling), tn = std::stod(tiling.substr(tiling.find('x') + 1));
             const int64_t mt = int64_t(std::ceil(s.m / tm)), ntl = int64_t(std::ceil(s.n / tn));
@@ -69,9 +69,8 @@ SimulationResult simulate_belady(const Graph& g, const MemoryConfig& cfg, double
         for (size_t k = 0; k < n.inputs.size(); ++k) span(n.inputs[k], 0, 1, false);
         if (bn) span(n.inputs[n.kind == OpKind::BatchNorm2d ? 0 : 1], 0, 1, false);  // the normalisation pass
         for (TensorId t : n.outputs) span(t, 0, 1, true);
-        if (op_info(n.kind).category == OpCategory::Update)
-            for (size_t k = 0; k < n.inputs.size(); ++k)
-                if (k != 1) span(n.inputs[k], 0, 1, true);
+        for (size_t k = 0; k < n.inputs.size(); ++k)
+            if (has_bit(op_info(n.kind).inplace, k)) span(n.inputs[k], 0, 1, true);
     }
     r.accesses = int64_t(trace.size());
 

@@ -25,16 +25,14 @@ std::vector<double> candidates(double d) {
 
 }  // namespace
 
-double stored_bytes(const Graph& g, TensorId t, const MemoryConfig& cfg) {
-    const Tensor& x = g.tensor(t);
-    const bool low = cfg.bf16_activations && x.desc.dtype == DType::F32 &&
-                     (x.role == TensorRole::Activation || x.role == TensorRole::Gradient || x.role == TensorRole::Input);
-    return double(x.desc.numel()) * (low ? 2.0 : double(dtype_size(x.desc.dtype)));
+double stored_bytes(const Graph& g, TensorId t) { return double(g.tensor(t).desc.bytes()); }
+
+double MemoryConfig::peak(DType t) const {
+    const double low = t == DType::BF16 ? peak_bf16_flops : t == DType::F16 ? peak_f16_flops : 0;
+    return low > 0 ? low : peak_f32_flops;
 }
 
-double MemoryConfig::peak(DType t) const { return t == DType::F32 || peak_bf16_flops <= 0 ? peak_f32_flops : peak_bf16_flops; }
-
-bool gemm_shape(const Graph& g, NodeId id, GemmShape* out, const MemoryConfig& cfg) {
+bool gemm_shape(const Graph& g, NodeId id, GemmShape* out) {
     const Node& n = g.node(id);
     GemmShape s;
     auto dims = [&](TensorId t) -> const Shape& { return g.tensor(t).desc.shape; };
@@ -75,9 +73,9 @@ bool gemm_shape(const Graph& g, NodeId id, GemmShape* out, const MemoryConfig& c
         }
         default: return false;
     }
-    s.a_bytes = stored_bytes(g, s.a, cfg);
-    s.b_bytes = stored_bytes(g, s.b, cfg);
-    s.c_bytes = stored_bytes(g, s.c, cfg);
+    s.a_bytes = stored_bytes(g, s.a);
+    s.b_bytes = stored_bytes(g, s.b);
+    s.c_bytes = stored_bytes(g, s.c);
     *out = s;
     return true;
 }
@@ -179,9 +177,8 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         np.node = id;
         np.flops = node_cost(g, id).flops;
         std::vector<std::pair<TensorId, bool>> touched;  // (tensor, dirty) seen whole by this node
-        const bool is_update = op_info(n.kind).category == OpCategory::Update;
         GemmShape gs;
-        if (gemm_shape(g, id, &gs, cfg)) {
+        if (gemm_shape(g, id, &gs)) {
             const bool c_future = needed_later(gs.c, now);
             auto plan = [&](double space) {
                 const double res_a = on_chip(gs.a), res_b = on_chip(gs.b);
@@ -205,7 +202,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             std::vector<TensorId> operands = n.inputs, whole_operands;
             operands.insert(operands.end(), n.outputs.begin(), n.outputs.end());
             for (const auto& [x, e] : resident)
-                if (std::find(operands.begin(), operands.end(), x) != operands.end() && e.bytes >= stored_bytes(g, x, cfg)) whole_operands.push_back(x);
+                if (std::find(operands.begin(), operands.end(), x) != operands.end() && e.bytes >= stored_bytes(g, x)) whole_operands.push_back(x);
             double best_cost = cost_of(t), best_need = 0;
             bool best_spare = false;
             for (bool spare : {true, false})
@@ -232,7 +229,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             touched.push_back({gs.b, false});
             for (TensorId x : n.inputs)
                 if (x != gs.a && x != gs.b) {  // the bias streams once
-                    np.read_bytes += stored_bytes(g, x, cfg) - on_chip(x);
+                    np.read_bytes += stored_bytes(g, x) - on_chip(x);
                     touched.push_back({x, false});
                 }
             for (TensorId o : n.outputs) touched.push_back({o, o == gs.c ? t.write_bytes == 0 : true});  // a streamed-out C is clean
@@ -240,7 +237,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             const double space = C - used;
             for (size_t k = 0; k < n.inputs.size(); ++k) {
                 const TensorId x = n.inputs[k];
-                const double missing = stored_bytes(g, x, cfg) - on_chip(x);
+                const double missing = stored_bytes(g, x) - on_chip(x);
                 np.read_bytes += missing;
                 // BatchNorm reads its input twice (statistics, then normalisation): the second pass finds
                 // on chip what fitted
@@ -250,14 +247,13 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
             }
             for (TensorId o : n.outputs) touched.push_back({o, true});
         }
-        if (is_update)  // in place: parameter and optimizer state become dirty
-            for (size_t k = 0; k < n.inputs.size(); ++k)
-                if (k != 1)
-                    for (auto& [x, d] : touched)
+        for (size_t k = 0; k < n.inputs.size(); ++k)  // written in place: parameter, optimizer state, statistics
+            if (has_bit(op_info(n.kind).inplace, k))
+                for (auto& [x, d] : touched)
                         if (x == n.inputs[k]) d = true;
         // Everything the node touched is on chip for a moment; then Belady trims back to capacity.
         for (const auto& [x, d] : touched) {
-            const double full = stored_bytes(g, x, cfg);
+            const double full = stored_bytes(g, x);
             Entry& e = resident[x];
             used += full - e.bytes;
             e.bytes = full;

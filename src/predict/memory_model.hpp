@@ -31,21 +31,22 @@ namespace joule::predict {
 
 struct EfficiencyModel;
 
+// The modelled machine. No defaults stand for any real device: the figures come from a data/hw spec,
+// an efficiency file or explicit flags (every outside number lives in data/hw with its source).
+// Tensors take the bytes of their storage dtype in the graph (a plan's bf16 tensors are 2 bytes).
 struct MemoryConfig {
-    double capacity_bytes = 32.0 * (1 << 20);
-    double bandwidth_bytes_per_s = 900e9;
-    double peak_f32_flops = 15.7e12;
+    double capacity_bytes = 0;
+    double bandwidth_bytes_per_s = 0;
+    double peak_f32_flops = 0;
     double peak_bf16_flops = 0;  // 0: same as f32
-    // Mixed precision: activations and gradients stored in bf16 (2 bytes), parameters and optimizer
-    // state in f32. false: every tensor as the graph stores it (f32 in joule).
-    bool bf16_activations = false;
+    double peak_f16_flops = 0;   // 0: same as f32
     double node_overhead_s = 0;  // fixed time added to every node (launch, synchronisation)
     const EfficiencyModel* efficiency = nullptr;  // calibrated node times (not owned); null: roofline
-    double peak(DType t) const;
+    double peak(DType t) const;  // the peak for compute dtype t (f32's where the device has no faster path)
 };
 
-// Bytes of tensor t as the modelled machine stores it.
-double stored_bytes(const Graph& g, TensorId t, const MemoryConfig& cfg);
+// Bytes of tensor t in its storage dtype.
+double stored_bytes(const Graph& g, TensorId t);
 
 struct NodePrediction {
     NodeId node = kNone;
@@ -78,7 +79,7 @@ struct GemmShape {
     TensorId a = kNone, b = kNone, c = kNone;
     double a_bytes = 0, b_bytes = 0, c_bytes = 0;
 };
-bool gemm_shape(const Graph& g, NodeId n, GemmShape* out, const MemoryConfig& cfg = {});
+bool gemm_shape(const Graph& g, NodeId n, GemmShape* out);
 
 // Traffic of a GEMM with the given operands off chip, within `space` bytes: the best tiling.
 struct Tiling {

@@ -1,5 +1,7 @@
 #include "profile/calibrate.hpp"
 
+#include "backend/registry.hpp"
+
 #include <algorithm>
 #include <set>
 
@@ -36,6 +38,7 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
         if (!thread_counts.empty()) threads = *thread_counts.begin();
     }
     CalibrationSet set;
+    BackendSet backends;  // the built-in precision plans are the cpu's, as the sweep made them
     std::set<std::string> seen;  // one meter kind per configuration: the times are the same measurement
     for (const ConfigRecord& c : all) {
         if (c.key.device != "cpu" || c.key.threads != threads) continue;
@@ -43,8 +46,8 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
         if (excluded(c, o.exclude)) continue;
         const std::string id = c.key.net + " batch " + std::to_string(c.key.batch) + " " + c.key.dtype;
         if (!seen.insert(id).second) continue;
-        const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), o.image_size, o.seq_len);
-        const Graph& g = pm.train.graph;
+        const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), o.image_size, o.seq_len, backends.get("cpu"));
+        const Graph& g = pm.lowered.train.graph;
         const std::vector<NodeRecord> rec = db.nodes(c.key);
         const std::string where = db.path() + ": " + id;
         if (rec.size() != g.num_nodes())

@@ -28,6 +28,10 @@ const char* const kMigrations[] = {
     // 1 -> 2: energy spread per node, host per configuration
     "ALTER TABLE nodes ADD COLUMN energy_spread_j REAL DEFAULT 0;"
     "ALTER TABLE configs ADD COLUMN host TEXT DEFAULT '';",
+    // 2 -> 3: where each node ran and in which precision (plans mix devices and dtypes; casts and
+    // transfers are nodes of their own). '' for records made before.
+    "ALTER TABLE nodes ADD COLUMN node_device TEXT DEFAULT '';"
+    "ALTER TABLE nodes ADD COLUMN node_dtype TEXT DEFAULT '';",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion, "one migration per schema version");
 
@@ -181,14 +185,15 @@ void Store::put(const ConfigRecord& c, const std::vector<NodeRecord>& nodes) {
         }
         Stmt s(db_,
                "INSERT INTO nodes (net, device, dtype, batch, threads, meter_kind, seq, node, op, category, phase, shapes, reps,"
-               " time_s, time_spread_s, energy_j, power_w, flops, bytes, energy_spread_j) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+               " time_s, time_spread_s, energy_j, power_w, flops, bytes, energy_spread_j, node_device, node_dtype)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                path_);
         for (size_t k = 0; k < nodes.size(); ++k) {
             const NodeRecord& n = nodes[k];
             int i = bind_key(s, c.key, 1);
             s.bind(i, int64_t(k)).bind(i + 1, n.node).bind(i + 2, n.op).bind(i + 3, n.category).bind(i + 4, n.phase).bind(i + 5, n.shapes);
             s.bind(i + 6, n.reps).bind(i + 7, n.time_s).bind(i + 8, n.time_spread_s).bind(i + 9, n.energy_j).bind(i + 10, n.power_w);
-            s.bind(i + 11, n.flops).bind(i + 12, n.bytes).bind(i + 13, n.energy_spread_j);
+            s.bind(i + 11, n.flops).bind(i + 12, n.bytes).bind(i + 13, n.energy_spread_j).bind(i + 14, n.device).bind(i + 15, n.dtype);
             s.step();
             s.reset();
         }
@@ -221,16 +226,17 @@ std::vector<ConfigRecord> Store::configs(const std::string& net) const {
 
 std::vector<NodeRecord> Store::nodes(const ConfigKey& key) const {
     Stmt s(db_,
-           std::string("SELECT node, op, category, phase, shapes, reps, time_s, time_spread_s, energy_j, power_w, flops, bytes, energy_spread_j"
-                       " FROM nodes WHERE ") + kKeyWhere + " ORDER BY seq",
+           std::string("SELECT node, op, category, phase, shapes, reps, time_s, time_spread_s, energy_j, power_w, flops, bytes, energy_spread_j,"
+                       " node_device, node_dtype FROM nodes WHERE ") + kKeyWhere + " ORDER BY seq",
            path_);
     bind_key(s, key, 1);
     std::vector<NodeRecord> out;
     while (s.step()) {
         NodeRecord n{s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.integer(5), s.real(6), s.real(7), s.real(8), 0, s.real(9),
-                     s.real(10), s.real(11)};
+                     s.real(10), s.real(11), "", ""};
         n.energy_spread_j = s.real(12);
         n.power_w = s.real(9);
+        n.device = s.text(13), n.dtype = s.text(14);
         out.push_back(n);
     }
     return out;

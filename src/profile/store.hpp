@@ -17,7 +17,7 @@ struct sqlite3;
 
 namespace joule::profile {
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 struct ConfigKey {
     std::string net, device, dtype, meter_kind;
@@ -42,6 +42,7 @@ struct NodeRecord {
     double energy_j = 0, energy_spread_j = 0;  // per execution, above idle
     double power_w = 0;                        // energy_j / time_s
     double flops = 0, bytes = 0;
+    std::string device, dtype;  // where it ran and its compute dtype ('' in records older than schema 3)
 };
 
 class Store {

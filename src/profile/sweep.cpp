@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "backend/cpu/cpu_backend.hpp"
+#include "backend/registry.hpp"
 #include "data/dataset.hpp"
 #include "graph/autodiff.hpp"
 #include "graph/cost.hpp"
@@ -81,14 +81,18 @@ std::string shapes_of(const Graph& g, const Node& n) {
     return s;
 }
 
-ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len) {
+ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len,
+                             const Backend& device) {
     zoo::NetConfig cfg;
     cfg.batch = batch;
     cfg.image_size = image_size;
     cfg.seq_len = seq_len;
     ProfiledModel p{zoo::build(net, cfg), {}};
-    p.train = build_train_graph(std::move(p.model.graph), p.model.loss, OptimizerConfig::sgd(0.01f, 0.9f));
-    if (dtype != DType::F32) apply_compute_precision(p.train.graph, dtype);
+    TrainGraph tg = build_train_graph(std::move(p.model.graph), p.model.loss, OptimizerConfig::sgd(0.01f, 0.9f));
+    const Plan plan = precision_plan(tg, dtype, PrecisionScope::Gemm, device);
+    LowerOptions lo;
+    lo.keep = {p.model.logits, p.model.loss};
+    p.lowered = lower(std::move(tg), plan, lo);
     return p;
 }
 
@@ -108,8 +112,8 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
         for (int64_t batch : o.batches)
             for (DType dtype : o.dtypes)
                 for (int threads_opt : o.threads) {
-                    cpu::CpuBackend backend(threads_opt);
-                    const int threads = backend.threads();
+                    BackendSet backends({.threads = threads_opt});
+                    const int threads = backends.threads();
                     energy::MeterChoice meter;
                     try {
                         meter = energy::choose_meter(o.meter, spec ? &*spec : nullptr, threads);
@@ -124,11 +128,10 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                         if (on_event) on_event(ev);
                         continue;
                     }
-                    ProfiledModel pm = profiled_model(net, batch, dtype, o.image_size, o.seq_len);
+                    ProfiledModel pm = profiled_model(net, batch, dtype, o.image_size, o.seq_len, backends.get("cpu"));
                     const zoo::Model& m = pm.model;
-                    const TrainGraph& tg = pm.train;
-                    const Graph& g = tg.graph;
-                    Executor ex(g, backend, {{m.logits, tg.loss}, 1});
+                    const Graph& g = pm.lowered.train.graph;
+                    Executor ex(pm.lowered, backends, {{}, 1});
                     data::SyntheticData synth(1);
                     auto feed = [&] { fill_synthetic(ex, m, synth); };
                     for (int64_t i = 0; i < o.warmup; ++i) {
@@ -178,6 +181,8 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                         r.power_w = r.time_s > 0 ? r.energy_j / r.time_s : 0;
                         r.flops = cost.flops;
                         r.bytes = cost.bytes_read + cost.bytes_written;
+                        r.device = node.device;
+                        r.dtype = dtype_name(node.compute);
                         nodes.push_back(r);
                     }
                     store.put(c, nodes);

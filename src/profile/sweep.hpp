@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "graph/autodiff.hpp"
+#include "plan/passes.hpp"
 #include "graph/tensor_desc.hpp"
 #include "profile/store.hpp"
 #include "runtime/energy_recorder.hpp"
@@ -39,13 +40,15 @@ struct SweepEvent {
     const ConfigRecord* record = nullptr;
 };
 
-// The training graph a sweep runs for one configuration (SGD with momentum, `dtype` on the GEMMs), so
-// that whoever reads the records (calibration) rebuilds exactly what was measured.
+// The training graph a sweep runs for one configuration (SGD with momentum, lowered under the built-in
+// precision plan for `dtype` on the GEMMs of `device`, casts included), so that whoever reads the
+// records (calibration) rebuilds exactly what was measured.
 struct ProfiledModel {
-    zoo::Model model;  // its graph moved into `train`; input, labels, logits, vocab stay
-    TrainGraph train;
+    zoo::Model model;  // its graph moved into `lowered`; input, labels, logits, vocab stay
+    LoweredGraph lowered;
 };
-ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len);
+ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len,
+                             const Backend& device);
 
 // "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors, as stored.
 std::string shapes_of(const Graph& g, const Node& n);

@@ -45,6 +45,10 @@ EnergyResult EnergyRecorder::finish(const Graph& g) {
                                                     : energy::attribute_modelled(g, spans, *choice_.model);
         std::vector<double> j(g.num_nodes(), 0.0), s(g.num_nodes(), 0.0);
         for (size_t i = 0; i < spans.size(); ++i) {
+            if (spans[i].emulated) {  // host energy spent emulating another device: no node's own
+                r.emulation_joules += a.node_joules[i];
+                continue;
+            }
             j[size_t(spans[i].node)] += a.node_joules[i];
             s[size_t(spans[i].node)] += a.node_seconds[i];
         }

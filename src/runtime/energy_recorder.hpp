@@ -5,7 +5,7 @@
 //   rec.begin(ex);                 // measures idle power (measured meters), starts the sampler
 //   for (...) { rec.step_begin(); ex.run_all(); rec.step_end(); }
 //   EnergyResult r = rec.finish(ex.graph());
-//   // sum(r.node_joules) + r.idle_joules == r.total_joules, over the recorded steps
+//   // sum(r.node_joules) + r.emulation_joules + r.idle_joules == r.total_joules, over the recorded steps
 //
 // Steps are attributed one by one (energy between steps — data loading — is not part of any step).
 #pragma once
@@ -31,9 +31,10 @@ struct EnergyResult {
     energy::MeterKind kind = energy::MeterKind::Modelled;
     int64_t steps = 0;
     double idle_w = 0;
-    std::vector<double> node_joules;   // per node id, summed over steps (above idle)
+    std::vector<double> node_joules;   // per node id, summed over steps (above idle; 0 for nodes on emulated devices)
     std::vector<double> node_seconds;  // per node id, summed over steps
     double idle_joules = 0, total_joules = 0, seconds = 0;  // over the steps
+    double emulation_joules = 0;  // host energy above idle while emulating modelled devices (in total, in no node)
     std::vector<std::vector<double>> step_node_joules, step_node_seconds;  // [step][node id]
     std::vector<double> step_total_joules, step_idle_joules, step_seconds;  // [step]
     size_t samples = 0;

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <random>
 
 #include <unistd.h>
 
+#include "backend/registry.hpp"
+#include "graph/bf16.hpp"
 #include "graph/error.hpp"
+#include "plan/passes.hpp"
 
 namespace joule {
 
@@ -23,79 +25,62 @@ struct Executor::Block {
     ~Block() { std::free(p); }
 };
 
-Executor::Executor(const Graph& g, Backend& backend, ExecutorOptions opts) : g_(g), backend_(backend) {
-    allocate(opts);
-    initialise(opts.seed);
-    kernels_.resize(g.num_nodes());
-    for (size_t n = 0; n < g.num_nodes(); ++n) {
-        const Node& node = g.node(NodeId(n));
-        std::vector<void*> in, out;
-        for (TensorId t : node.inputs) in.push_back(ptr_[size_t(t)]);
-        for (TensorId t : node.outputs) out.push_back(ptr_[size_t(t)]);
-        kernels_[n] = backend.prepare(g, NodeId(n), in, out);
+Executor::Executor(const LoweredGraph& lg, BackendSet& backends, ExecutorOptions opts) : g_(lg.train.graph) {
+    JOULE_ASSERT(opts.keep.empty(), "a lowered graph's kept tensors are decided when it is lowered (LowerOptions::keep)");
+    std::vector<Backend*> backend_of(g_.num_nodes());
+    for (size_t n = 0; n < g_.num_nodes(); ++n) {
+        const Node& node = g_.node(NodeId(n));
+        try {
+            backend_of[n] = &backends.get(node.device);
+        } catch (const Error& e) {
+            throw Error(lg.origin.at(n) + ": node '" + node.name + "': " + e.what());
+        }
     }
-    seconds_.assign(g.num_nodes(), 0.0);
-    runs_.assign(g.num_nodes(), 0);
+    threads_ = backends.threads();
+    setup(lg.memory, backend_of, &lg.origin);
+    initialise(opts.seed);
+}
+
+Executor::Executor(const Graph& g, Backend& backend, ExecutorOptions opts) : g_(g) {
+    threads_ = backend.threads();
+    setup(plan_memory(g, opts.keep), std::vector<Backend*>(g.num_nodes(), &backend), nullptr);
+    initialise(opts.seed);
 }
 
 Executor::~Executor() = default;
 
-void Executor::allocate(const ExecutorOptions& opts) {
-    const size_t nt = g_.num_tensors(), nn = g_.num_nodes();
-    std::vector<bool> owned(nt, false);
-    for (size_t t = 0; t < nt; ++t) owned[t] = persists(g_.tensor(TensorId(t)).role);
-    for (TensorId t : opts.keep) owned[size_t(t)] = true;
-    // Last node reading each pooled tensor (its producer when nothing reads it).
-    std::vector<int64_t> last(nt, -1);
-    for (size_t n = 0; n < nn; ++n) {
-        for (TensorId t : g_.node(NodeId(n)).inputs) last[size_t(t)] = int64_t(n);
-        for (TensorId t : g_.node(NodeId(n)).outputs) last[size_t(t)] = std::max(last[size_t(t)], int64_t(n));
-    }
-    // Plan: block sizes and each tensor's block, before allocating anything.
-    std::vector<size_t> block_bytes;
-    std::vector<int64_t> block_of(nt, -1);
-    auto new_block = [&](size_t bytes) {
-        block_bytes.push_back(std::max<size_t>(bytes, 4));
-        return int64_t(block_bytes.size() - 1);
-    };
-    for (size_t t = 0; t < nt; ++t)
-        if (owned[t]) block_of[t] = new_block(g_.tensor(TensorId(t)).desc.bytes());
-    std::multimap<size_t, int64_t> free_blocks;  // by size
-    std::vector<std::vector<TensorId>> dies_after(nn);
-    for (size_t t = 0; t < nt; ++t)
-        if (!owned[t] && last[t] >= 0) dies_after[size_t(last[t])].push_back(TensorId(t));
-    for (size_t n = 0; n < nn; ++n) {
-        for (TensorId t : g_.node(NodeId(n)).outputs) {
-            if (owned[size_t(t)]) continue;
-            const size_t need = g_.tensor(t).desc.bytes();
-            auto it = free_blocks.lower_bound(need);
-            if (it != free_blocks.end() && it->first <= 2 * need + 4096) {
-                block_of[size_t(t)] = it->second;
-                free_blocks.erase(it);
-            } else {
-                block_of[size_t(t)] = new_block(need);
-            }
-        }
-        for (TensorId t : dies_after[n]) free_blocks.emplace(block_bytes[size_t(block_of[size_t(t)])], block_of[size_t(t)]);
-    }
-    for (size_t b : block_bytes) bytes_ += b;
+void Executor::setup(const MemoryPlan& mp, const std::vector<Backend*>& backend_of, const std::vector<std::string>* origin) {
+    bytes_ = mp.bytes_total;
+    unshared_ = mp.bytes_if_unshared;
     const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (physical > 0 && double(bytes_) > 0.9 * physical)
         throw Error("the graph needs " + std::to_string(bytes_ >> 20) + " MiB of tensor memory but this machine has " +
                         std::to_string(int64_t(physical) >> 20) + " MiB",
                     "use a smaller batch or input");
-    for (size_t b : block_bytes) blocks_.push_back(std::make_unique<Block>(b));
-    ptr_.assign(nt, nullptr);
-    for (size_t t = 0; t < nt; ++t) {
-        JOULE_ASSERT(block_of[t] >= 0, "tensor '" + g_.tensor(TensorId(t)).name + "' has no buffer");
-        ptr_[t] = blocks_[size_t(block_of[t])]->p;
+    for (const auto& b : mp.buffers) blocks_.push_back(std::make_unique<Block>(b.bytes));
+    ptr_.assign(g_.num_tensors(), nullptr);
+    for (size_t t = 0; t < g_.num_tensors(); ++t) ptr_[t] = static_cast<std::byte*>(blocks_[size_t(mp.buffer_of[t])]->p) + mp.offset_of[t];
+    kernels_.resize(g_.num_nodes());
+    node_device_.resize(g_.num_nodes());
+    for (size_t n = 0; n < g_.num_nodes(); ++n) {
+        const Node& node = g_.node(NodeId(n));
+        Backend& backend = *backend_of[n];
+        auto d = std::find(devices_.begin(), devices_.end(), backend.device());
+        if (d == devices_.end()) d = devices_.insert(devices_.end(), backend.device());
+        node_device_[n] = int16_t(d - devices_.begin());
+        const Support s = backend.supports(g_, NodeId(n));
+        if (!s.ok)
+            throw Error((origin ? origin->at(n) + ": " : std::string()) + "node '" + node.name + "' (" + op_name(node.kind) + ", " +
+                        dtype_name(node.compute) + ") cannot run on " + backend.device() + ": " + s.reason);
+        std::vector<void*> in, out;
+        for (TensorId t : node.inputs) in.push_back(ptr_[size_t(t)]);
+        for (TensorId t : node.outputs) out.push_back(ptr_[size_t(t)]);
+        kernels_[n] = backend.prepare(g_, NodeId(n), in, out);
     }
-}
-
-size_t Executor::bytes_if_unshared() const {
-    size_t b = 0;
-    for (const Tensor& t : g_.tensors()) b += t.desc.bytes();
-    return b;
+    seconds_.assign(g_.num_nodes(), 0.0);
+    emulation_.assign(g_.num_nodes(), 0.0);
+    modelled_.assign(g_.num_nodes(), false);
+    runs_.assign(g_.num_nodes(), 0);
 }
 
 void Executor::initialise(uint64_t seed) {
@@ -133,17 +118,27 @@ void Executor::initialise(uint64_t seed) {
 void Executor::run(NodeId begin, NodeId end, const RunContext& ctx) {
     using clock = std::chrono::steady_clock;
     for (NodeId n = begin; n < end; ++n) {
+        const size_t k = size_t(n);
         const auto t0 = clock::now();
         try {
-            kernels_[size_t(n)]->run(ctx);
+            kernels_[k]->run(ctx);
         } catch (const InternalError& e) {
             throw InternalError("node '" + g_.node(n).name + "': " + e.what());
         }
         const auto t1 = clock::now();
-        seconds_[size_t(n)] += std::chrono::duration<double>(t1 - t0).count();
-        ++runs_[size_t(n)];
+        const double wall = std::chrono::duration<double>(t1 - t0).count();
+        const std::optional<double> modelled = kernels_[k]->modelled_seconds();
+        if (modelled) {
+            seconds_[k] += *modelled;
+            emulation_[k] += wall;
+            modelled_[k] = true;
+        } else {
+            seconds_[k] += wall;
+        }
+        ++runs_[k];
         if (spans_)
-            spans_->push_back({n, std::chrono::duration<double>(t0.time_since_epoch()).count(), std::chrono::duration<double>(t1.time_since_epoch()).count()});
+            spans_->push_back({n, std::chrono::duration<double>(t0.time_since_epoch()).count(),
+                               std::chrono::duration<double>(t1.time_since_epoch()).count(), node_device_[k], modelled.has_value()});
     }
 }
 
@@ -155,8 +150,23 @@ void Executor::run_forward(const RunContext& ctx) {
 }
 
 float* Executor::f32(TensorId t) {
-    if (g_.tensor(t).desc.dtype == DType::I32) throw InternalError("tensor '" + g_.tensor(t).name + "' is i32");
+    if (g_.tensor(t).desc.dtype != DType::F32)
+        throw InternalError("tensor '" + g_.tensor(t).name + "' is " + dtype_name(g_.tensor(t).desc.dtype) + ", not f32");
     return static_cast<float*>(ptr_[size_t(t)]);
+}
+
+std::vector<float> Executor::read_f32(TensorId t) const {
+    const TensorDesc& d = g_.tensor(t).desc;
+    std::vector<float> v(size_t(d.numel()));
+    if (d.dtype == DType::F32) {
+        std::memcpy(v.data(), ptr_[size_t(t)], v.size() * 4);
+    } else if (d.dtype == DType::BF16) {
+        const auto* p = static_cast<const uint16_t*>(ptr_[size_t(t)]);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(p[i]);
+    } else {
+        throw InternalError("tensor '" + g_.tensor(t).name + "' is not floating-point");
+    }
+    return v;
 }
 int32_t* Executor::i32(TensorId t) {
     if (g_.tensor(t).desc.dtype != DType::I32) throw InternalError("tensor '" + g_.tensor(t).name + "' is not i32");
@@ -165,6 +175,7 @@ int32_t* Executor::i32(TensorId t) {
 
 void Executor::reset_timing() {
     std::fill(seconds_.begin(), seconds_.end(), 0.0);
+    std::fill(emulation_.begin(), emulation_.end(), 0.0);
     std::fill(runs_.begin(), runs_.end(), 0);
 }
 

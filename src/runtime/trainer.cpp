@@ -3,11 +3,12 @@
 #include <chrono>
 #include <map>
 
-#include "backend/cpu/cpu_backend.hpp"
+#include "backend/registry.hpp"
 #include "data/dataset.hpp"
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
+#include "plan/passes.hpp"
 #include "runtime/executor.hpp"
 #include "zoo/zoo.hpp"
 
@@ -27,6 +28,7 @@ std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps, const Ener
             out.push_back(LayerTime{g.node(src).name, op_name(g.node(src).kind)});
         }
         LayerTime& l = out[it->second];
+        l.modelled = l.modelled || ex.node_modelled()[n];
         const double s = ex.node_seconds()[n] / div;
         const double j = energy && energy->steps > 0 ? energy->node_joules[n] / double(energy->steps) : 0.0;
         switch (node.phase) {
@@ -71,23 +73,26 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     }
     zoo::Model m = zoo::build(o.net, cfg);
     const int64_t params = m.graph.parameter_count();
-    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, o.optimizer);
-    cpu::CpuBackend backend(o.threads);
-    if (o.dtype != DType::F32) {
-        if (o.low_precision_everywhere)
-            apply_compute_precision(tg.graph, o.dtype, [&](const Graph&, NodeId n) { return supports_in(backend, tg.graph, n, o.dtype); });
-        else
-            apply_compute_precision(tg.graph, o.dtype);
-    }
-
-    Executor ex(tg.graph, backend, {.keep = {m.logits, tg.loss}, .seed = o.seed});
+    TrainGraph train_graph = build_train_graph(std::move(m.graph), m.loss, o.optimizer);
+    BackendSet backends({.threads = o.threads});
+    const Plan plan = o.plan_file.empty() ? precision_plan(train_graph, o.dtype, o.scope, backends.get("cpu")) : read_plan_file(o.plan_file);
+    LowerOptions lower_options;
+    lower_options.keep = {m.logits, m.loss};
+    const LoweredGraph lg = lower(std::move(train_graph), plan, lower_options);
+    const TrainGraph& tg = lg.train;
+    ExecutorOptions exec_options;
+    exec_options.seed = o.seed;
+    Executor ex(lg, backends, exec_options);
     const int64_t classes = tg.graph.tensor(m.logits).desc.shape[1];
 
     TrainResult r;
     r.net = o.net;
     r.dataset = o.dataset;
-    r.dtype = dtype_name(o.dtype);
-    r.threads = backend.threads();
+    r.dtype = o.plan_file.empty() ? dtype_name(o.dtype) : "plan";
+    r.plan = plan.name;
+    r.casts = int64_t(lg.casts);
+    r.transfers = int64_t(lg.transfers);
+    r.threads = ex.threads();
     r.batch = o.batch;
     r.parameters = params;
     r.buffer_bytes = ex.bytes_allocated();
@@ -105,7 +110,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             spec_error = e.what();
         }
         try {
-            meter = std::make_unique<energy::MeterChoice>(energy::choose_meter(o.meter, spec ? &*spec : nullptr, backend.threads()));
+            meter = std::make_unique<energy::MeterChoice>(energy::choose_meter(o.meter, spec ? &*spec : nullptr, ex.threads()));
         } catch (const Error& e) {
             throw Error(std::string(e.what()) + (spec_error.empty() ? "" : "; " + spec_error));
         }
@@ -123,6 +128,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     // at least one timed step: warm-up takes at most all but the last step
     const int64_t warmup = std::min(o.warmup, steps_per_epoch * o.epochs - 1);
     int64_t total_steps = 0;
+    double timed_wall = 0;
     using clock = std::chrono::steady_clock;
     for (int64_t e = 0; e < o.epochs; ++e) {
         it.reset();
@@ -138,7 +144,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             }
             const bool record = recorder && total_steps >= warmup;
             if (record) recorder->step_begin();
+            const auto s0 = clock::now();
             ex.run_all({.training = true});
+            if (total_steps >= warmup) timed_wall += std::chrono::duration<double>(clock::now() - s0).count();
             if (record) recorder->step_end();
             loss_sum += ex.f32(tg.loss)[0];
             ++er.steps;
@@ -156,9 +164,19 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     r.timed_steps = total_steps - warmup;
     if (recorder) r.energy = recorder->finish(tg.graph);
     r.layers = layer_times(ex, r.timed_steps, r.energy ? &*r.energy : nullptr);
-    double step = 0;
-    for (double s : ex.node_seconds()) step += s;
-    r.step_seconds = step / double(std::max<int64_t>(r.timed_steps, 1));
+    const double per_step = 1.0 / double(std::max<int64_t>(r.timed_steps, 1));
+    for (const std::string& d : ex.devices()) r.devices.push_back({d});
+    for (size_t n = 0; n < tg.graph.num_nodes(); ++n) {
+        TrainResult::DeviceTime& d = r.devices[size_t(ex.node_device()[n])];
+        const double s = ex.node_seconds()[n] * per_step;
+        d.seconds += s;
+        d.modelled = d.modelled || ex.node_modelled()[n];
+        ++d.nodes;
+        r.step_seconds += s;
+        if (ex.node_modelled()[n]) r.step_modelled_seconds += s;
+        r.emulation_seconds += ex.node_emulation_seconds()[n] * per_step;
+    }
+    r.step_wall_seconds = timed_wall * per_step;
 
     if (real_data) {
         // Evaluate on the whole test set with the training batch size; the last batch is padded and its
@@ -170,7 +188,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             while (int64_t(idx->size()) < o.batch) idx->push_back(idx->front());
             split.test.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
             ex.run_forward({.training = false});
-            const float* z = ex.f32(m.logits);
+            const std::vector<float> z = ex.read_f32(m.logits);  // bf16 under a low-precision plan
             const int32_t* y = ex.i32(m.labels);
             for (size_t i = 0; i < valid; ++i) {
                 int64_t best = 0;

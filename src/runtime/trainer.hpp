@@ -14,6 +14,7 @@
 
 #include "graph/autodiff.hpp"
 #include "graph/tensor_desc.hpp"
+#include "plan/plan.hpp"
 #include "runtime/energy_recorder.hpp"
 #include "zoo/zoo.hpp"
 
@@ -31,9 +32,11 @@ struct TrainOptions {
     int64_t seq_len = 128;   // BERT nets
     OptimizerConfig optimizer = OptimizerConfig::adam(2e-3f);
     int threads = 0;  // 0: all cores
+    // What runs where and in which precision: a plan file, or the built-in precision plan for the cpu
+    // (dtype on conv / linear / matmul — autocast's list — or on every op the cpu runs in it).
+    std::string plan_file;
     DType dtype = DType::F32;
-    bool low_precision_everywhere = false;  // false: dtype on conv/linear/matmul only (autocast's list);
-                                            // true: on every node the backend can run in dtype
+    PrecisionScope scope = PrecisionScope::Gemm;
     uint64_t seed = 1;
     // energy (joule train --energy)
     bool energy = false;
@@ -51,7 +54,8 @@ struct TrainProgress {
 
 struct LayerTime {
     std::string name, kind;  // forward layer and its op kind
-    double forward_s = 0, backward_s = 0, update_s = 0;  // per step, measured (steady clock)
+    double forward_s = 0, backward_s = 0, update_s = 0;  // per step (measured, or modelled where `modelled`)
+    bool modelled = false;                              // some of its nodes ran on an emulated device
     double flops = 0;                                   // per step, all phases
     double forward_j = 0, backward_j = 0, update_j = 0;  // per step, above idle (when energy was recorded)
 };
@@ -68,7 +72,19 @@ struct TrainResult {
     std::vector<EpochResult> epochs;
     double test_accuracy = -1;  // < 0: no test set (synthetic data)
     int64_t test_samples = 0;
-    double step_seconds = 0;    // mean measured wall time of one training step after warm-up
+    std::string plan;           // the plan's name (built-in or file)
+    int64_t casts = 0, transfers = 0;  // nodes the plan implied
+    // One training step after warm-up, as the schedule of its node times (sequential: the sum), and
+    // the part of it that is modelled (nodes on emulated devices); the measured wall time of a step
+    // beside it; host time spent emulating (part of the wall time, charged to no device's node).
+    double step_seconds = 0, step_modelled_seconds = 0, step_wall_seconds = 0, emulation_seconds = 0;
+    struct DeviceTime {
+        std::string device;
+        double seconds = 0;  // per step
+        bool modelled = false;
+        int64_t nodes = 0;
+    };
+    std::vector<DeviceTime> devices;
     int64_t timed_steps = 0;
     std::vector<LayerTime> layers;
     size_t buffer_bytes = 0, unshared_bytes = 0;

@@ -25,6 +25,7 @@ Geometry geometry(const ConvAttrs& a) {
     return {{a.stride[0], a.stride[1]}, {a.dilation[0] - 1, a.dilation[1] - 1}, {a.pad[0], a.pad[1]}, {a.pad[0], a.pad[1]}};
 }
 
+// Keys include every storage dtype (md_of / key_of), so a bf16 node writing f32 weight gradients gets its own.
 std::string conv_key(const ConvAttrs& a, const ConvShapes& s, dt type) {
     return key_of(s.x) + key_of(s.w) + key_of(s.y) + "s" + std::to_string(a.stride[0]) + std::to_string(a.stride[1]) + "p" +
            std::to_string(a.pad[0]) + "," + std::to_string(a.pad[1]) + "d" + std::to_string(a.dilation[0]) +
@@ -46,7 +47,7 @@ std::unique_ptr<Kernel> conv_forward(const KernelArgs& a, const ConvAttrs& at, d
     auto e = a.ctx.cache.get<convolution_forward>(conv_key(at, s, type), [&] { return forward_pd(a.ctx.engine, at, s, type); });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     memory x = reordered_input(*k, a.ctx, a.mem(md_of(s.x), a.in[0]), e->pd.src_desc());
-    memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, dt::f32, false), a.in[1]), e->pd.weights_desc());
+    memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, type, false), a.in[1]), e->pd.weights_desc());
     StagedOutputs outs;
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, outs.add(a, md_of(s.y), a.out[0], e->pd.dst_desc())}};
     if (at.bias) args[DNNL_ARG_BIAS] = a.mem(e->pd.bias_desc(), a.in[2]);
@@ -68,7 +69,7 @@ std::unique_ptr<Kernel> conv_backward_data(const KernelArgs& a, const ConvAttrs&
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     memory dy = reordered_input(*k, a.ctx, a.mem(md_of(s.y), a.in[0]), e->pd.diff_dst_desc());
-    memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, dt::f32, false), a.in[1]), e->pd.weights_desc());
+    memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, type, false), a.in[1]), e->pd.weights_desc());
     StagedOutputs outs;
     k->add(e->prim, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, outs.add(a, md_of(s.x), a.out[0], e->pd.diff_src_desc())}});
     outs.finish(*k);
@@ -81,7 +82,7 @@ std::unique_ptr<Kernel> conv_backward_weights(const KernelArgs& a, const ConvAtt
     auto fwd = a.ctx.cache.get<convolution_forward>(key, [&] { return forward_pd(a.ctx.engine, at, s, type); });
     auto e = a.ctx.cache.get<convolution_backward_weights>(key, [&] {
         const Geometry g = geometry(at);
-        const memory::desc src = md_of(s.x, type), dw = weights_md(s.w.shape, at.groups, dt::f32, true), dy = md_of(s.y, type);
+        const memory::desc src = md_of(s.x, type), dw = weights_md(s.w.shape, at.groups, dnnl_type(s.w.dtype), true), dy = md_of(s.y, type);
         if (at.bias)
             return convolution_backward_weights::primitive_desc(
                 {algorithm::convolution_direct, src, dw, memory::desc({s.w.shape[0]}, dt::f32, tag::a), dy, g.strides, g.dilates, g.pad_l, g.pad_r},
@@ -95,7 +96,7 @@ std::unique_ptr<Kernel> conv_backward_weights(const KernelArgs& a, const ConvAtt
     StagedOutputs outs;
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_SRC, x},
-        {DNNL_ARG_DIFF_WEIGHTS, outs.add(a, weights_md(s.w.shape, at.groups, dt::f32, false), a.out[0], e->pd.diff_weights_desc())}};
+        {DNNL_ARG_DIFF_WEIGHTS, outs.add(a, weights_md(s.w.shape, at.groups, dnnl_type(s.w.dtype), false), a.out[0], e->pd.diff_weights_desc())}};
     if (at.bias) args[DNNL_ARG_DIFF_BIAS] = a.mem(e->pd.diff_bias_desc(), a.out[1]);
     k->add(e->prim, args);
     outs.finish(*k);

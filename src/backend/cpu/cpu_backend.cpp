@@ -4,18 +4,6 @@
 
 #include "backend/cpu/kernels.hpp"
 
-namespace joule {
-
-bool supports_in(const Backend& backend, Graph& g, NodeId n, DType dtype) {
-    const DType old = g.node(n).compute;
-    g.node(n).compute = dtype;
-    const bool ok = backend.supports(g, n).ok;
-    g.node(n).compute = old;
-    return ok;
-}
-
-}  // namespace joule
-
 namespace joule::cpu {
 
 dnnl::memory::dims to_dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
@@ -35,6 +23,17 @@ dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type) {
         s *= shape[i];
     }
     return {to_dims(shape), type, strides};
+}
+
+dt dnnl_type(DType t) {
+    switch (t) {
+        case DType::F32: return dt::f32;
+        case DType::BF16: return dt::bf16;
+        case DType::F16: return dt::f16;
+        case DType::I32: return dt::s32;
+        case DType::U8: return dt::u8;
+    }
+    throw InternalError("unknown dtype");
 }
 
 dt compute_type(DType compute) {
@@ -59,6 +58,7 @@ void PrimitiveKernel::run(const RunContext&) { run_steps(); }
 
 dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& want) {
     if (user.get_desc() == want) return user;
+    JOULE_ASSERT(user.get_desc().data_type() == want.data_type(), "a kernel may re-lay-out an operand but never cast it");
     dnnl::memory m(want, ctx.engine);
     k.add(dnnl::reorder(user, m), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
     return m;
@@ -72,8 +72,14 @@ dnnl::memory::desc with_type(const dnnl::memory::desc& md, dt type) {
     return dnnl::memory::desc(d);
 }
 
-dnnl::memory cast_input(PrimitiveKernel& k, const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) {
-    return reordered_input(k, a.ctx, a.mem(user, p), with_type(user, type));
+dnnl::memory compute_input(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) {
+    JOULE_ASSERT(user.data_type() == type, "op '" + a.node.name + "': an operand is not stored in the compute dtype (missing Cast)");
+    return a.mem(user, p);
+}
+
+dnnl::memory StagedOutputs::add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) {
+    JOULE_ASSERT(user.data_type() == type, "op '" + a.node.name + "': an output is not stored in the compute dtype");
+    return a.mem(user, p);
 }
 
 dnnl::memory StagedOutputs::add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, const dnnl::memory::desc& want) {
@@ -91,12 +97,12 @@ void StagedOutputs::finish(PrimitiveKernel& k) {
 std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primitive& prim, const dnnl::memory::desc& data, dt type) {
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
-    k->add(prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
+    k->add(prim, {{DNNL_ARG_SRC, compute_input(a, data, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)}});
     outs.finish(*k);
     return k;
 }
 
-CpuBackend::CpuBackend(int threads) : ctx_(std::make_unique<CpuContext>()) {
+CpuBackend::CpuBackend(int threads, std::string device) : device_(std::move(device)), ctx_(std::make_unique<CpuContext>()) {
     if (threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(threads));
     threads_ = threads > 0 ? threads : omp_get_num_procs();
     omp_set_num_threads(threads_);
@@ -104,6 +110,12 @@ CpuBackend::CpuBackend(int threads) : ctx_(std::make_unique<CpuContext>()) {
 
 Support CpuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
+    if (n.kind == OpKind::Transfer) {
+        const auto& t = attrs_as<TransferAttrs>(n);
+        if (t.to != device_) return {false, "a transfer runs on its destination device, '" + t.to + "'"};
+        return {};  // every device that really runs here keeps its tensors in host memory
+    }
+    if (n.kind == OpKind::Cast) return {};  // oneDNN reorders convert between any two of f32, bf16, f16
     if (n.compute != DType::F32 && n.compute != DType::BF16)
         return {false, std::string("cpu computes in f32 or bf16, not ") + dtype_name(n.compute)};
     if (n.compute == DType::BF16) {
@@ -112,9 +124,8 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
                 return {false, "the loss is computed in f32 (log-sum-exp needs the range)"};
             case OpKind::SgdUpdate: case OpKind::AdamUpdate:
                 return {false, "optimizer updates run on f32 master weights"};
-            case OpKind::Embedding: case OpKind::EmbeddingBackward: case OpKind::Dropout: case OpKind::Concat: case OpKind::Slice:
-            case OpKind::SliceBackward: case OpKind::Reshape: case OpKind::Transpose:
-                return {false, "data movement has no arithmetic to lower: it runs on the f32 storage"};
+            case OpKind::Embedding: case OpKind::EmbeddingBackward:
+                return {false, "embedding gathers and scatter-adds run on the f32 table"};
             default: break;
         }
         // oneDNN runs bf16 natively with avx512_bf16 and emulates it on plain avx512_core.
@@ -122,7 +133,11 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
         if ((unsigned(dnnl::get_effective_cpu_isa()) & need) != need)
             return {false, "this CPU has no avx512_core, which oneDNN's bf16 kernels need"};
     }
-    return {};
+    if (n.kind == OpKind::Reshape && !row_major(g.tensor(n.inputs[0]).desc) && !row_major(g.tensor(n.outputs[0]).desc))
+        return {false, "a reshape between two nhwc shapes is not supported; reshape through a plain tensor"};
+    // bf16 GEMMs may write their weight (and bias) gradients in f32 directly
+    const bool weights_grad = n.kind == OpKind::ConvBackwardWeights || n.kind == OpKind::LinearBackwardWeights;
+    return check_dtypes(g, id, weights_grad ? OperandMask(0b1) : OperandMask(0));
 }
 
 std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs,
@@ -154,6 +169,8 @@ std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std
             case OpKind::Embedding: case OpKind::EmbeddingBackward: return make_embedding(a);
             case OpKind::SoftmaxCrossEntropy: case OpKind::SoftmaxCrossEntropyBackward: return make_cross_entropy(a);
             case OpKind::SgdUpdate: case OpKind::AdamUpdate: return make_update(a);
+            case OpKind::Cast: return make_cast(a);
+            case OpKind::Transfer: return make_transfer(a);
             case OpKind::Count: break;
         }
     } catch (const dnnl::error& e) {

@@ -1,6 +1,6 @@
-// The CPU backend on oneDNN. Every op of the catalogue runs forward and backward; conv, linear and
-// matmul nodes whose Node::compute is bf16 run oneDNN's bf16 kernels (operands cast from f32 storage,
-// f32 accumulation and output). Primitive descriptors are cached per shape and attributes, so nodes
+// The CPU backend on oneDNN. Every op of the catalogue runs forward and backward, in f32 or bf16 (every
+// op but the loss, the optimizer updates and embeddings): a bf16 node reads and writes bf16 buffers
+// (oneDNN accumulates in f32), and the plan's Cast nodes are oneDNN reorders; no kernel casts by itself. Primitive descriptors are cached per shape and attributes, so nodes
 // with the same shape (repeated residual blocks) share one primitive.
 #pragma once
 
@@ -42,13 +42,12 @@ struct CpuContext {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
     PrimitiveCache cache;
-    std::unordered_map<NodeId, dnnl::memory> workspaces;  // max-pool workspaces by forward node
 };
 
 class CpuBackend : public Backend {
 public:
-    explicit CpuBackend(int threads = 0);  // 0: all cores
-    const char* name() const override { return "cpu"; }
+    explicit CpuBackend(int threads = 0, std::string device = "cpu");  // 0: all cores
+    const std::string& device() const override { return device_; }
     Support supports(const Graph& g, NodeId n) const override;
     std::unique_ptr<Kernel> prepare(const Graph& g, NodeId n, const std::vector<void*>& inputs,
                                     const std::vector<void*>& outputs) override;
@@ -56,6 +55,7 @@ public:
     CpuContext& context() { return *ctx_; }
 
 private:
+    std::string device_;
     int threads_;
     std::unique_ptr<CpuContext> ctx_;
 };

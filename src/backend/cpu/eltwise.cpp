@@ -1,9 +1,12 @@
 // Activations (oneDNN eltwise forward/backward), Add/Mul (oneDNN binary) and Dropout (a counter-based
-// RNG loop: the mask of element i at step t is a hash of (seed, t, i), so it is reproducible and
-// parallel).
+// RNG loop, f32 or bf16: the mask of element i at step t is graph/ops.hpp's dropout_keeps, the same on
+// every backend).
 #include <cstring>
 
+#include <type_traits>
+
 #include "backend/cpu/kernels.hpp"
+#include "graph/bf16.hpp"
 
 namespace joule::cpu {
 
@@ -17,7 +20,7 @@ struct EltwiseAlg {
 EltwiseAlg eltwise_alg(OpKind k) {
     switch (k) {
         case OpKind::Relu: case OpKind::ReluBackward: return {algorithm::eltwise_relu, 0.f, 0.f};
-        case OpKind::Relu6: case OpKind::Relu6Backward: return {algorithm::eltwise_clip, 0.f, 6.f};
+        case OpKind::Relu6: case OpKind::Relu6Backward: return {algorithm::eltwise_clip_v2, 0.f, 6.f};  // v2: zero gradient at both ends, as PyTorch
         case OpKind::Gelu: case OpKind::GeluBackward: return {algorithm::eltwise_gelu_erf, 0.f, 0.f};
         case OpKind::Sigmoid: case OpKind::SigmoidBackward: return {algorithm::eltwise_logistic, 0.f, 0.f};
         case OpKind::Tanh: case OpKind::TanhBackward: return {algorithm::eltwise_tanh, 0.f, 0.f};
@@ -42,7 +45,7 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
     auto e = a.ctx.cache.get<eltwise_backward>(key, [&] {
         return eltwise_backward::primitive_desc({alg.alg, cdata, cdata, alg.alpha, alg.beta}, a.ctx.engine, fwd->pd);
     });
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_SRC, cast_input(*k, a, data, a.in[1], type)},
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, compute_input(a, data, a.in[0], type)}, {DNNL_ARG_SRC, compute_input(a, data, a.in[1], type)},
                      {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
     outs.finish(*k);
     return k;
@@ -57,44 +60,46 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
-    k->add(e->prim, {{DNNL_ARG_SRC_0, cast_input(*k, a, s0, a.in[0], type)}, {DNNL_ARG_SRC_1, cast_input(*k, a, s1, a.in[1], type)},
+    k->add(e->prim, {{DNNL_ARG_SRC_0, compute_input(a, s0, a.in[0], type)}, {DNNL_ARG_SRC_1, compute_input(a, s1, a.in[1], type)},
                      {DNNL_ARG_DST, outs.add(a, d, a.out[0], type)}});
     outs.finish(*k);
     return k;
 }
 
 namespace {
-inline uint64_t splitmix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+// y = x * mask over n elements of storage type T (float or bf16 bits), mask in the same type.
+template <class T>
+void dropout_loop(const T* x, T* y, T* mask, int64_t n, uint64_t base, float p) {
+    auto load = [](T v) { if constexpr (std::is_same_v<T, float>) return v; else return bf16_to_f32(v); };
+    auto store = [](float v) { if constexpr (std::is_same_v<T, float>) return v; else return f32_to_bf16(v); };
+    const float keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float m = dropout_keeps(base, i, p) ? keep_scale : 0.0f;
+        mask[i] = store(m);
+        y[i] = store(load(x[i]) * m);
+    }
 }
 }  // namespace
 
 std::unique_ptr<Kernel> make_dropout(const KernelArgs& a) {
     const auto at = attrs_as<DropoutAttrs>(a.node);
     const int64_t n = a.in_desc(0).numel();
-    const float* x = static_cast<const float*>(a.in[0]);
-    float* y = static_cast<float*>(a.out[0]);
-    float* mask = static_cast<float*>(a.out[1]);
+    const bool bf16 = a.in_desc(0).dtype == DType::BF16;
+    const size_t bytes = a.in_desc(0).bytes();
+    void *x = a.in[0], *y = a.out[0], *mask = a.out[1];
     auto step = std::make_shared<uint64_t>(0);
-    const uint64_t seed = splitmix64(at.seed ^ uint64_t(a.id) * 0x100000001b3ULL);
+    const uint64_t stream = dropout_stream(a.node);
     return std::make_unique<FunctionKernel>([=](const RunContext& rc) {
         if (!rc.training || at.p == 0.0f) {
-            std::memcpy(y, x, size_t(n) * sizeof(float));
-            std::fill(mask, mask + n, 1.0f);
+            std::memcpy(y, x, bytes);
+            if (bf16) std::fill_n(static_cast<uint16_t*>(mask), n, f32_to_bf16(1.0f));
+            else std::fill_n(static_cast<float*>(mask), n, 1.0f);
             return;
         }
-        const uint64_t base = splitmix64(seed + (*step)++);
-        const float keep_scale = 1.0f / (1.0f - at.p);
-        const uint64_t threshold = uint64_t(double(at.p) * 18446744073709551615.0);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-            const float m = splitmix64(base + uint64_t(i)) >= threshold ? keep_scale : 0.0f;
-            mask[i] = m;
-            y[i] = x[i] * m;
-        }
+        const uint64_t base = mix64(stream + (*step)++);
+        if (bf16) dropout_loop(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), static_cast<uint16_t*>(mask), n, base, at.p);
+        else dropout_loop(static_cast<const float*>(x), static_cast<float*>(y), static_cast<float*>(mask), n, base, at.p);
     });
 }
 

@@ -16,8 +16,11 @@ using tag = dnnl::memory::format_tag;
 
 dnnl::memory::dims to_dims(const Shape& s);
 // Memory descriptor of a tensor with the given shape and layout (plain row-major or nhwc).
-dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type = dt::f32);
-inline dnnl::memory::desc md_of(const TensorDesc& d, dt type = dt::f32) { return md_of(d.shape, d.layout, type); }
+dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type);
+dt dnnl_type(DType t);            // the storage type oneDNN sees for a joule dtype
+// A tensor's memory descriptor in its storage dtype and layout.
+inline dnnl::memory::desc md_of(const TensorDesc& d) { return md_of(d.shape, d.layout, dnnl_type(d.dtype)); }
+inline dnnl::memory::desc md_of(const TensorDesc& d, dt type) { return md_of(d.shape, d.layout, type); }
 dt compute_type(DType compute);  // f32 or bf16; throws for unsupported ones
 std::string key_of(const TensorDesc& d);  // for primitive-cache keys
 
@@ -52,22 +55,23 @@ protected:
 };
 
 // `user` memory as seen in descriptor `want`: the same memory when the formats agree, else a scratch
-// memory filled by a reorder step added to `k` (before the compute step). Used for bf16 casts and for
-// weights in oneDNN's preferred blocked format.
+// memory filled by a reorder step added to `k` (before the compute step). Used for weights in oneDNN's
+// preferred blocked format (a layout change of the same dtype; dtype changes are the plan's Cast nodes).
 dnnl::memory reordered_input(PrimitiveKernel& k, CpuContext& ctx, const dnnl::memory& user, const dnnl::memory::desc& want);
 
 // The same descriptor with another element type (plain strided descriptors only: strides are in elements).
 dnnl::memory::desc with_type(const dnnl::memory::desc& md, dt type);
-// `user` memory (f32 storage at p) as the compute type: itself for f32, else a bf16 scratch filled by a cast
-// step added to k before the compute step.
-dnnl::memory cast_input(PrimitiveKernel& k, const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
+// `user` memory at p, which the plan's cast insertion already put in the compute type (checked: a kernel
+// never casts behind the plan's back).
+dnnl::memory compute_input(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
 // Outputs a primitive writes in a descriptor other than their storage (bf16, or a blocked weight format):
 // the primitive writes a scratch memory, and finish() adds the reorder back into storage after it.
 class StagedOutputs {
 public:
     // Memory for the primitive to write: storage itself when `want` matches `user`, else a scratch.
     dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, const dnnl::memory::desc& want);
-    dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type) { return add(a, user, p, with_type(user, type)); }
+    // An output stored in the compute type (checked, as for compute_input).
+    dnnl::memory add(const KernelArgs& a, const dnnl::memory::desc& user, void* p, dt type);
     void finish(PrimitiveKernel& k);  // call after adding the compute step
 
 private:
@@ -95,10 +99,14 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a);
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a);
 std::unique_ptr<Kernel> make_dropout(const KernelArgs& a);
 std::unique_ptr<Kernel> make_pool(const KernelArgs& a);
-std::unique_ptr<Kernel> make_shape(const KernelArgs& a);  // Concat, Slice, SliceBackward, Reshape, Transpose
+std::unique_ptr<Kernel> make_shape(const KernelArgs& a);
+// Whether a tensor's bytes are in row-major logical order (plain, or nhwc with C == 1 or H * W == 1).
+bool row_major(const TensorDesc& d);  // Concat, Slice, SliceBackward, Reshape, Transpose
 std::unique_ptr<Kernel> make_softmax(const KernelArgs& a);
 std::unique_ptr<Kernel> make_embedding(const KernelArgs& a);
 std::unique_ptr<Kernel> make_cross_entropy(const KernelArgs& a);
 std::unique_ptr<Kernel> make_update(const KernelArgs& a);
+std::unique_ptr<Kernel> make_cast(const KernelArgs& a);
+std::unique_ptr<Kernel> make_transfer(const KernelArgs& a);
 
 }  // namespace joule::cpu

@@ -8,19 +8,18 @@ namespace joule::cpu {
 namespace {
 using namespace dnnl;
 
-memory::desc matrix_md(const TensorDesc& d, dt type = dt::f32) {
-    return {{d.numel() / d.shape.back(), d.shape.back()}, type, tag::ab};
-}
+memory::desc matrix_md(const TensorDesc& d, dt type) { return {{d.numel() / d.shape.back(), d.shape.back()}, type, tag::ab}; }
+memory::desc matrix_md(const TensorDesc& d) { return matrix_md(d, dnnl_type(d.dtype)); }
 
 inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
     const memory::desc src = matrix_md(x, type), wei(to_dims(w.shape), type, tag::any);
-    const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, dt::f32, tag::ab);
+    const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, type, tag::ab);
     if (bias) return {{prop_kind::forward_training, src, wei, memory::desc({w.shape[0]}, dt::f32, tag::a), dst}, eng};
     return {{prop_kind::forward_training, src, wei, dst}, eng};
 }
 
 std::string linear_key(bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
-    return key_of(x) + key_of(w) + (bias ? "b" : "") + std::to_string(int(type));
+    return key_of(x) + key_of(w) + (bias ? "b" : "") + std::to_string(int(type));  // w: the weight or its gradient's storage
 }
 }  // namespace
 
@@ -30,7 +29,7 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     const memory::desc w_plain = [&] {
         const TensorDesc& w = a.node.kind == OpKind::LinearBackwardWeights ? a.out_desc(0) : a.in_desc(1);
-        return memory::desc(to_dims(w.shape), dt::f32, tag::ab);
+        return memory::desc(to_dims(w.shape), dnnl_type(w.dtype), tag::ab);
     }();
     if (a.node.kind == OpKind::Linear) {
         const TensorDesc &x = a.in_desc(0), &w = a.in_desc(1);
@@ -57,7 +56,7 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
         const std::string key = linear_key(bias, x, w, type);
         auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
         auto e = a.ctx.cache.get<inner_product_backward_weights>(key, [&] {
-            const memory::desc src = matrix_md(x, type), dw(to_dims(w.shape), dt::f32, tag::any), ddst = matrix_md(dy, type);
+            const memory::desc src = matrix_md(x, type), dw(to_dims(w.shape), dnnl_type(w.dtype), tag::any), ddst = matrix_md(dy, type);
             if (bias)
                 return inner_product_backward_weights::primitive_desc({src, dw, memory::desc({w.shape[0]}, dt::f32, tag::a), ddst}, a.ctx.engine, fwd->pd);
             return inner_product_backward_weights::primitive_desc({src, dw, ddst}, a.ctx.engine, fwd->pd);
@@ -88,8 +87,8 @@ memory::desc plain3(const memory::desc& m, dt type) { return {m.dims(), type, ta
 std::unique_ptr<Kernel> make_matmul(const KernelArgs& a) {
     const auto& at = attrs_as<MatMulAttrs>(a.node);
     const dt type = compute_type(a.node.compute);
-    const memory::desc A = batched_md(a.in_desc(0), at.trans_a, dt::f32), B = batched_md(a.in_desc(1), at.trans_b, dt::f32);
-    const memory::desc C = batched_md(a.out_desc(0), false, dt::f32);
+    const memory::desc A = batched_md(a.in_desc(0), at.trans_a, type), B = batched_md(a.in_desc(1), at.trans_b, type);
+    const memory::desc C = batched_md(a.out_desc(0), false, type);
     const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(at.trans_a) + std::to_string(at.trans_b) +
                             std::to_string(at.alpha) + std::to_string(int(type));
     auto e = a.ctx.cache.get<matmul>(key, [&] {

@@ -23,7 +23,7 @@ std::unique_ptr<Kernel> make_softmax(const KernelArgs& a) {
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);
     const int64_t h = x.shape.back();
     const dt type = compute_type(a.node.compute);
-    const memory::desc data({x.numel() / h, h}, dt::f32, tag::ab), cdata = with_type(data, type);
+    const memory::desc data({x.numel() / h, h}, dnnl_type(x.dtype), tag::ab), cdata = with_type(data, type);
     const std::string key = key_of(x) + "t" + std::to_string(int(type));
     auto fwd = a.ctx.cache.get<softmax_forward>(key, [&] {
         return softmax_forward::primitive_desc({prop_kind::forward_training, cdata, 1}, a.ctx.engine);
@@ -34,7 +34,7 @@ std::unique_ptr<Kernel> make_softmax(const KernelArgs& a) {
     auto e = a.ctx.cache.get<softmax_backward>(key, [&] {
         return softmax_backward::primitive_desc({cdata, cdata, 1}, a.ctx.engine, fwd->pd);
     });
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_DST, cast_input(*k, a, data, a.in[1], type)},
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, compute_input(a, data, a.in[0], type)}, {DNNL_ARG_DST, compute_input(a, data, a.in[1], type)},
                      {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
     outs.finish(*k);
     return k;

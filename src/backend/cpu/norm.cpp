@@ -36,7 +36,7 @@ public:
         for (PrimitiveKernel* k : {&train_, &infer_}) {
             const bool training = k == &train_;
             StagedOutputs outs;
-            std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)},
+            std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, compute_input(a, data, a.in[0], type)},
                                                     {DNNL_ARG_SCALE, a.mem(c, a.in[1])},
                                                     {DNNL_ARG_SHIFT, a.mem(c, a.in[2])},
                                                     {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)},
@@ -76,8 +76,8 @@ std::unique_ptr<Kernel> norm_backward(const KernelArgs& a, const memory::desc& d
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
     // oneDNN 2.6 wants the shift argument with use_shift even in backward, where it is not read.
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, cast_input(*k, a, data, a.in[0], type)},
-                     {DNNL_ARG_SRC, cast_input(*k, a, data, a.in[1], type)},
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, compute_input(a, data, a.in[0], type)},
+                     {DNNL_ARG_SRC, compute_input(a, data, a.in[1], type)},
                      {DNNL_ARG_SCALE, a.mem(chan, a.in[2])},
                      {DNNL_ARG_SHIFT, a.mem(chan, a.in[2])},
                      {DNNL_ARG_MEAN, a.mem(stat, a.in[3])},
@@ -108,7 +108,7 @@ std::unique_ptr<Kernel> layer_norm(const KernelArgs& a) {
     const TensorDesc& x = fwd_node ? a.in_desc(0) : a.in_desc(1);
     const dt type = compute_type(a.node.compute);
     const int64_t h = x.shape.back(), rows = x.numel() / h;
-    const memory::desc data({rows, h}, dt::f32, tag::ab), cdata = with_type(data, type), stat({rows}, dt::f32, tag::a), chan({h}, dt::f32, tag::a);
+    const memory::desc data({rows, h}, dnnl_type(x.dtype), tag::ab), cdata = with_type(data, type), stat({rows}, dt::f32, tag::a), chan({h}, dt::f32, tag::a);
     const std::string key = norm_key(x, at, type);
     auto fwd = a.ctx.cache.get<layer_normalization_forward>(key, [&] {
         return layer_normalization_forward::primitive_desc({prop_kind::forward_training, cdata, stat, at.eps, kScaleShift}, a.ctx.engine);
@@ -118,7 +118,7 @@ std::unique_ptr<Kernel> layer_norm(const KernelArgs& a) {
                                                            {prop_kind::backward, cdata, cdata, stat, at.eps, kScaleShift});
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
-    k->add(fwd->prim, {{DNNL_ARG_SRC, cast_input(*k, a, data, a.in[0], type)}, {DNNL_ARG_SCALE, a.mem(chan, a.in[1])},
+    k->add(fwd->prim, {{DNNL_ARG_SRC, compute_input(a, data, a.in[0], type)}, {DNNL_ARG_SCALE, a.mem(chan, a.in[1])},
                        {DNNL_ARG_SHIFT, a.mem(chan, a.in[2])}, {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)},
                        {DNNL_ARG_MEAN, a.mem(stat, a.out[1])}, {DNNL_ARG_VARIANCE, a.mem(stat, a.out[2])}});
     outs.finish(*k);

@@ -1,5 +1,6 @@
-// Max, average and global-average pooling on oneDNN pooling primitives. Max pooling's forward keeps
-// its workspace (the arg-max) in the context, keyed by node, for its backward.
+// Max, average and global-average pooling on oneDNN pooling primitives. Max pooling's workspace is
+// the graph's explicit arg-max tensor: oneDNN's workspace holds the same thing (the index kh * KW + kw
+// inside the window, u8 up to 255 elements, in the output's layout), checked when the kernel is prepared.
 #include "backend/cpu/kernels.hpp"
 
 namespace joule::cpu {
@@ -28,11 +29,19 @@ std::string pool_key(const PoolGeometry& g, const TensorDesc& x, const TensorDes
     for (const auto* v : {&g.strides, &g.kernel, &g.pad_l}) k += "," + std::to_string((*v)[0]) + "," + std::to_string((*v)[1]);
     return k;
 }
+
+// The arg-max tensor as oneDNN's workspace: same element type, same dims, same (dst) layout.
+memory argmax_memory(const KernelArgs& a, const memory::desc& ws, const TensorDesc& argmax, void* p) {
+    const memory::desc want = md_of(argmax);
+    if (ws != want)
+        throw InternalError("op '" + a.node.name + "': oneDNN's max-pooling workspace is not the arg-max tensor " + desc_str(argmax));
+    return a.mem(ws, p);
+}
 }  // namespace
 
 std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
     const bool forward = op_info(a.node.kind).grad != nullptr;
-    // forward: (X) -> Y; MaxPool2dBackward: (dY, X) -> dX; avg backward: (dY) -> dX
+    // forward: (X) -> (Y[, argmax]); MaxPool2dBackward: (dY, argmax) -> dX; avg backward: (dY) -> dX
     const TensorDesc& x = forward ? a.in_desc(0) : a.out_desc(0);
     const TensorDesc& y = forward ? a.out_desc(0) : a.in_desc(0);
     const PoolGeometry g = pool_geometry(a.node, x);
@@ -46,12 +55,8 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
     StagedOutputs outs;
     const bool max = g.alg == algorithm::pooling_max;
     if (forward) {
-        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, cast_input(*k, a, src, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, dst, a.out[0], type)}};
-        if (max) {
-            memory ws(fwd->pd.workspace_desc(), a.ctx.engine);
-            a.ctx.workspaces[a.id] = ws;
-            args[DNNL_ARG_WORKSPACE] = ws;
-        }
+        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, compute_input(a, src, a.in[0], type)}, {DNNL_ARG_DST, outs.add(a, dst, a.out[0], type)}};
+        if (max) args[DNNL_ARG_WORKSPACE] = argmax_memory(a, fwd->pd.workspace_desc(), a.out_desc(1), a.out[1]);
         k->add(fwd->prim, args);
         outs.finish(*k);
         return k;
@@ -59,13 +64,8 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
     auto e = a.ctx.cache.get<pooling_backward>(key, [&] {
         return pooling_backward::primitive_desc({g.alg, csrc, cdst, g.strides, g.kernel, g.pad_l, g.pad_r}, a.ctx.engine, fwd->pd);
     });
-    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, cast_input(*k, a, dst, a.in[0], type)}, {DNNL_ARG_DIFF_SRC, outs.add(a, src, a.out[0], type)}};
-    if (max) {
-        auto it = a.ctx.workspaces.find(a.node.source);
-        if (it == a.ctx.workspaces.end())
-            throw Error("op '" + a.node.name + "': the max-pool forward node it differentiates was not prepared on this backend");
-        args[DNNL_ARG_WORKSPACE] = it->second;
-    }
+    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, compute_input(a, dst, a.in[0], type)}, {DNNL_ARG_DIFF_SRC, outs.add(a, src, a.out[0], type)}};
+    if (max) args[DNNL_ARG_WORKSPACE] = argmax_memory(a, e->pd.workspace_desc(), a.in_desc(1), a.in[1]);
     k->add(e->prim, args);
     outs.finish(*k);
     return k;

@@ -55,6 +55,8 @@ memory::desc window_md(const TensorDesc& full, const SliceAttrs& s) {
 }
 }  // namespace
 
+bool row_major(const TensorDesc& d) { return d.layout == Layout::Plain || d.shape[1] == 1 || d.shape[2] * d.shape[3] == 1; }
+
 std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
     const TensorDesc& y = a.out_desc(0);
     switch (a.node.kind) {
@@ -79,16 +81,15 @@ std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
         }
         case OpKind::Reshape: {
             const TensorDesc& x = a.in_desc(0);
-            const bool x_plain = x.layout == Layout::Plain || x.shape[1] == 1 || x.shape[2] * x.shape[3] == 1;
-            const bool y_plain = y.layout == Layout::Plain || y.shape[1] == 1 || y.shape[2] * y.shape[3] == 1;
+            const bool x_plain = row_major(x), y_plain = row_major(y);
+            JOULE_ASSERT(x_plain || y_plain, "supports() refuses a reshape between two nhwc shapes");
             if (x_plain && y_plain) {  // same bytes: a copy
                 const size_t bytes = x.bytes();
                 void *src = a.in[0], *dst = a.out[0];
                 return std::make_unique<FunctionKernel>([=](const RunContext&) { std::memcpy(dst, src, bytes); });
             }
-            if (!x_plain && y_plain) return reorder_kernel(a, md_of(x), a.in[0], md_of(x.shape, Layout::Plain), a.out[0]);
-            if (x_plain) return reorder_kernel(a, md_of(y.shape, Layout::Plain), a.in[0], md_of(y), a.out[0]);
-            throw Error("op '" + a.node.name + "': reshape between two nhwc shapes is not supported", "reshape through a plain tensor");
+            if (!x_plain && y_plain) return reorder_kernel(a, md_of(x), a.in[0], md_of(x.shape, Layout::Plain, dnnl_type(x.dtype)), a.out[0]);
+            return reorder_kernel(a, md_of(y.shape, Layout::Plain, dnnl_type(y.dtype)), a.in[0], md_of(y), a.out[0]);
         }
         case OpKind::Transpose: {
             const TensorDesc& x = a.in_desc(0);
@@ -96,7 +97,7 @@ std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
             const memory::dims xs = strides_of(x.shape, x.layout);
             memory::dims view_strides;
             for (int64_t p : perm) view_strides.push_back(xs[size_t(p)]);
-            return reorder_kernel(a, memory::desc(to_dims(y.shape), dt::f32, view_strides), a.in[0], md_of(y), a.out[0]);
+            return reorder_kernel(a, memory::desc(to_dims(y.shape), dnnl_type(x.dtype), view_strides), a.in[0], md_of(y), a.out[0]);
         }
         default: throw InternalError("not a shape op");
     }

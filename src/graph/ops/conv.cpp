@@ -77,7 +77,7 @@ const TensorDesc& grad_target(const Node& n) {
 }
 
 void require_float(const TensorDesc& d, const char* what) {
-    require(d.dtype != DType::I32, std::string(what) + " must be a floating-point tensor, got " + desc_str(d));
+    require(is_float(d.dtype), std::string(what) + " must be a floating-point tensor, got " + desc_str(d));
 }
 
 }  // namespace joule::rules

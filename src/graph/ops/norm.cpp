@@ -1,6 +1,7 @@
 // BatchNorm2d (training): mu_c, var_c over (N, H, W); Y = gamma_c (X - mu_c) / sqrt(var_c + eps) + beta_c.
 //   Inputs (X, gamma, beta, running_mean, running_var); outputs (Y, saved mean, saved variance); the
-//   running statistics are updated in place with `momentum`.
+//   running statistics are updated in place with `momentum`. In inference (RunContext::training false) Y
+//   uses the running statistics and the saved mean / variance outputs are left as they were.
 // LayerNorm: the same over the last dimension, per row; inputs (X, gamma, beta).
 // Backward: [dX, dgamma, dbeta] = {BatchNorm,LayerNorm}Backward(dY, X, gamma, mean, var), the closed form
 //   dX = gamma / sigma * (dY - mean(dY) - xhat * mean(dY * xhat)).

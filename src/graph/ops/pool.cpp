@@ -1,6 +1,9 @@
 // MaxPool2d / AvgPool2d (k, stride, padding; average counts padding like PyTorch's default) and
 // GlobalAvgPool ([N, C, H, W] -> [N, C, 1, 1]).
-// Backward: dX = MaxPool2dBackward(dY, X) routes dY to the arg-max; AvgPool2dBackward(dY) and
+// MaxPool2d has two outputs: Y and the arg-max, per output element the index kh * KW + kw of the
+// window element that won (the first of equal ones), u8 when the window has at most 255 elements, else
+// i32 — an explicit tensor, so forward and backward may run on different devices.
+// Backward: dX = MaxPool2dBackward(dY, argmax) routes dY to the arg-max; AvgPool2dBackward(dY) and
 // GlobalAvgPoolBackward(dY) spread dY evenly over each window.
 #include "graph/ops/rules.hpp"
 
@@ -23,18 +26,22 @@ Shape pool_out_shape(const PoolAttrs& a, const TensorDesc& x) {
 
 Descs shape_MaxPool2d(const Node& n, const Descs& in) {
     require_float(in[0], "input");
-    return {TensorDesc{pool_out_shape(attrs_as<PoolAttrs>(n), in[0]), in[0].dtype, in[0].layout}};
+    const auto& a = attrs_as<PoolAttrs>(n);
+    const TensorDesc y{pool_out_shape(a, in[0]), in[0].dtype, in[0].layout};
+    return {y, TensorDesc{y.shape, a.kernel[0] * a.kernel[1] <= 255 ? DType::U8 : DType::I32, y.layout}};
 }
 double flops_MaxPool2d(const Node& n, const Descs&, const Descs& out) {
     const auto& a = attrs_as<PoolAttrs>(n);
     return numel(out[0]) * double(a.kernel[0] * a.kernel[1]);
 }
 void grad_MaxPool2d(GradBuilder& b, const Node& n) {
-    b.accumulate(n.inputs[0], b.emit(OpKind::MaxPool2dBackward, n.attrs, {b.dy(0), n.inputs[0]}, "bwd", n.inputs[0])[0]);
+    b.accumulate(n.inputs[0], b.emit(OpKind::MaxPool2dBackward, n.attrs, {b.dy(0), n.outputs[1]}, "bwd", n.inputs[0])[0]);
 }
 Descs shape_MaxPool2dBackward(const Node& n, const Descs& in) {
-    require(pool_out_shape(attrs_as<PoolAttrs>(n), in[1]) == in[0].shape, "output gradient " + shape_str(in[0].shape) + " does not match the pooling");
-    return {in[1]};
+    const TensorDesc& x = grad_target(n);
+    require(pool_out_shape(attrs_as<PoolAttrs>(n), x) == in[0].shape, "output gradient " + shape_str(in[0].shape) + " does not match the pooling");
+    require(in[1].shape == in[0].shape && !is_float(in[1].dtype), "arg-max " + desc_str(in[1]) + " must be an index tensor shaped like the output gradient");
+    return {TensorDesc{x.shape, in[0].dtype, x.layout}};
 }
 double flops_MaxPool2dBackward(const Node&, const Descs& in, const Descs& out) { return numel(in[0]) + numel(out[0]); }
 

@@ -1,0 +1,50 @@
+#include "backend/backend.hpp"
+
+namespace joule {
+
+const char* time_source_name(TimeSource s) { return s == TimeSource::Measured ? "measured" : "modelled"; }
+
+namespace {
+Support check_operand(const Graph& g, TensorId t, DType want, bool f32_too, const char* what, size_t i) {
+    const DType have = g.tensor(t).desc.dtype;
+    if (!is_float(have) || have == want || (f32_too && have == DType::F32)) return {};
+    return {false, std::string(what) + " " + std::to_string(i) + " ('" + g.tensor(t).name + "') is stored in " + dtype_name(have) +
+                       " but the node computes in " + dtype_name(want) + " (a Cast must convert it)"};
+}
+}  // namespace
+
+Support check_dtypes(const Graph& g, NodeId id, OperandMask f32_allowed) {
+    const Node& n = g.node(id);
+    if (n.kind == OpKind::Cast || n.kind == OpKind::Transfer) return {};  // they convert and move; their shape rules fix the dtypes
+    const OpInfo& info = op_info(n.kind);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const bool f32 = has_bit(info.f32_inputs, i);
+        if (Support s = check_operand(g, n.inputs[i], f32 ? DType::F32 : n.compute, false, "input", i); !s.ok) return s;
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+        const bool f32 = has_bit(info.f32_outputs, i);
+        if (Support s = check_operand(g, n.outputs[i], f32 ? DType::F32 : n.compute, has_bit(f32_allowed, i), "output", i); !s.ok)
+            return s;
+    }
+    return {};
+}
+
+bool supports_in(const Backend& backend, const Graph& g, NodeId id, DType dtype) {
+    // A one-node view with the node's float operands in `dtype` (its f32 operands stay f32).
+    Graph view = g.tensors_only();
+    Node n = g.node(id);
+    n.compute = dtype;
+    const OpInfo& info = op_info(n.kind);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+        TensorDesc& d = view.tensor(n.inputs[i]).desc;
+        if (is_float(d.dtype)) d.dtype = has_bit(info.f32_inputs, i) ? DType::F32 : dtype;
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+        TensorDesc& d = view.tensor(n.outputs[i]).desc;
+        if (is_float(d.dtype)) d.dtype = has_bit(info.f32_outputs, i) ? DType::F32 : dtype;
+    }
+    const NodeId v = view.append(std::move(n));
+    return backend.supports(view, v).ok;
+}
+
+}  // namespace joule

@@ -1,0 +1,99 @@
+// Activations f(x) and their backward dY * f'(X), Add, Mul and Dropout, one element at a time.
+// Derivatives at the kinks follow PyTorch: relu'(0) = 0, relu6'(x) = 1 only for 0 < x < 6.
+// Dropout's mask is graph/ops.hpp's counter-based hash of (stream, step, storage position), with the
+// step counted per kernel like every backend does, so masks are bit-identical across backends.
+#include <cmath>
+
+#include "backend/reference/kernels.hpp"
+
+namespace joule::reference {
+
+namespace {
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+double activation(OpKind k, double x) {
+    switch (k) {
+        case OpKind::Relu: return x > 0 ? x : 0.0;
+        case OpKind::Relu6: return x < 0 ? 0.0 : (x > 6 ? 6.0 : x);
+        case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2));
+        case OpKind::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+        case OpKind::Tanh: return std::tanh(x);
+        default: throw InternalError("not an activation");
+    }
+}
+
+// f'(x) of the forward op whose backward is k.
+double derivative(OpKind k, double x) {
+    switch (k) {
+        case OpKind::ReluBackward: return x > 0 ? 1.0 : 0.0;
+        case OpKind::Relu6Backward: return x > 0 && x < 6 ? 1.0 : 0.0;
+        case OpKind::GeluBackward: return 0.5 * (1.0 + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
+        case OpKind::SigmoidBackward: {
+            const double s = 1.0 / (1.0 + std::exp(-x));
+            return s * (1.0 - s);
+        }
+        case OpKind::TanhBackward: {
+            const double t = std::tanh(x);
+            return 1.0 - t * t;
+        }
+        default: throw InternalError("not an activation backward");
+    }
+}
+
+std::unique_ptr<Kernel> dropout(const Op& op) {
+    const float p = op.attrs<DropoutAttrs>().p;
+    const Buf x = op.in[0], y = op.out[0], mask = op.out[1];
+    const uint64_t stream = dropout_stream(op.node);
+    auto step = std::make_shared<uint64_t>(0);
+    return loop([=](const RunContext& rc) {
+        if (!rc.training || p == 0.0f) {  // identity, mask 1 (no step consumed)
+            for (int64_t i = 0; i < x.numel(); ++i) {
+                y.set(i, x.get(i));
+                mask.set(i, 1.0);
+            }
+            return;
+        }
+        const uint64_t base = mix64(stream + (*step)++);
+        const float keep_scale = 1.0f / (1.0f - p);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+            const float m = dropout_keeps(base, x.storage(i), p) ? keep_scale : 0.0f;
+            mask.set(i, m);
+            y.set(i, x.get(i) * m);  // the product in float, as every backend rounds it
+        }
+    });
+}
+}  // namespace
+
+std::unique_ptr<Kernel> make_eltwise(const Op& op) {
+    const OpKind k = op.kind();
+    switch (k) {
+        case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh: {
+            const Buf x = op.in[0], y = op.out[0];
+            return loop([=](const RunContext&) {
+                for (int64_t i = 0; i < x.numel(); ++i) y.set(i, activation(k, x.get(i)));
+            });
+        }
+        case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
+        case OpKind::TanhBackward: {  // (dY, X) -> dX
+            const Buf dy = op.in[0], x = op.in[1], dx = op.out[0];
+            return loop([=](const RunContext&) {
+                for (int64_t i = 0; i < x.numel(); ++i) dx.set(i, double(dy.get(i)) * derivative(k, x.get(i)));
+            });
+        }
+        case OpKind::Add: case OpKind::Mul: {
+            const Buf a = op.in[0], b = op.in[1], y = op.out[0];
+            const bool add = k == OpKind::Add;
+            return loop([=](const RunContext&) {
+                for (int64_t i = 0; i < y.numel(); ++i) {
+                    const double u = a.get(i), v = b.get(i);
+                    y.set(i, add ? u + v : u * v);
+                }
+            });
+        }
+        case OpKind::Dropout: return dropout(op);
+        default: throw InternalError("not an elementwise op");
+    }
+}
+
+}  // namespace joule::reference

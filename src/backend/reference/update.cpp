@@ -1,0 +1,48 @@
+// Optimizer updates, in place on the parameter and its state (PyTorch's semantics, graph/ops/update.cpp):
+//   SgdUpdate(p, g[, v]):  g' = g + wd p;  v = momentum v + g';  p -= lr v   (p -= lr g' without momentum)
+//   AdamUpdate(p, g, m, v): g' = g + wd p;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
+//                           p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// Adam's step t counts the kernel's runs (1, 2, ...), as every backend counts it. f32 only.
+#include <cmath>
+
+#include "backend/reference/kernels.hpp"
+
+namespace joule::reference {
+
+std::unique_ptr<Kernel> make_update(const Op& op) {
+    const Buf p = op.in[0], g = op.in[1];
+    if (op.kind() == OpKind::SgdUpdate) {
+        const SgdAttrs a = op.attrs<SgdAttrs>();
+        const bool momentum = op.in.size() > 2;
+        const Buf v = momentum ? op.in[2] : Buf{};
+        return loop([=](const RunContext&) {
+            for (int64_t i = 0; i < p.numel(); ++i) {
+                const double gi = double(g.get(i)) + double(a.weight_decay) * double(p.get(i));
+                double step = gi;
+                if (momentum) {
+                    v.set(i, double(a.momentum) * double(v.get(i)) + gi);
+                    step = v.get(i);
+                }
+                p.set(i, double(p.get(i)) - double(a.lr) * step);
+            }
+        });
+    }
+    if (op.kind() != OpKind::AdamUpdate) throw InternalError("not an optimizer update");
+    const AdamAttrs a = op.attrs<AdamAttrs>();
+    const Buf m = op.in[2], v = op.in[3];
+    auto steps = std::make_shared<int64_t>(0);
+    return loop([=](const RunContext&) {
+        const int64_t t = ++*steps;
+        const double b1 = a.beta1, b2 = a.beta2;
+        const double c1 = 1.0 - std::pow(b1, double(t)), c2 = 1.0 - std::pow(b2, double(t));
+        for (int64_t i = 0; i < p.numel(); ++i) {
+            const double gi = double(g.get(i)) + double(a.weight_decay) * double(p.get(i));
+            m.set(i, b1 * double(m.get(i)) + (1 - b1) * gi);
+            v.set(i, b2 * double(v.get(i)) + (1 - b2) * gi * gi);
+            const double m_hat = double(m.get(i)) / c1, v_hat = double(v.get(i)) / c2;
+            p.set(i, double(p.get(i)) - double(a.lr) * m_hat / (std::sqrt(v_hat) + double(a.eps)));
+        }
+    });
+}
+
+}  // namespace joule::reference

@@ -1,0 +1,77 @@
+#include "backend/registry.hpp"
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/reference/reference_backend.hpp"
+#include "graph/error.hpp"
+
+namespace joule {
+
+namespace {
+struct Entry {
+    const char* backend;
+    bool built;
+    const char* why_not;  // when not built or not runnable
+    std::unique_ptr<Backend> (*make)(const std::string& device, const BackendOptions&);
+};
+
+const Entry kBackends[] = {
+    {"cpu", true, "", [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+         return std::make_unique<cpu::CpuBackend>(o.threads, d);
+     }},
+    {"reference", true, "", [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
+         return std::make_unique<ReferenceBackend>(d);
+     }},
+    {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", nullptr},
+    {"fpga_emu", false, "this build has no emulated FPGA backend yet (plans naming it can be analysed, not trained)", nullptr},
+};
+
+const Entry* find(const std::string& backend) {
+    for (const Entry& e : kBackends)
+        if (backend == e.backend) return &e;
+    return nullptr;
+}
+
+std::string known_list() {
+    std::string s;
+    for (const Entry& e : kBackends) s += (s.empty() ? "" : ", ") + std::string(e.backend);
+    return s;
+}
+}  // namespace
+
+DeviceName parse_device(const std::string& device) {
+    const size_t colon = device.find(':');
+    DeviceName d{device.substr(0, colon), colon == std::string::npos ? "" : device.substr(colon + 1)};
+    if (d.backend.empty() || (colon != std::string::npos && d.spec.empty()))
+        throw Error("device '" + device + "' is not of the form backend[:spec]", "e.g. cpu, reference, fpga_emu:s10");
+    return d;
+}
+
+DeviceStatus device_status(const std::string& device) {
+    const DeviceName d = parse_device(device);
+    const Entry* e = find(d.backend);
+    if (!e) return {false, false, "unknown device '" + device + "' (backends: " + known_list() + ")"};
+    if (!e->built) return {true, false, "device '" + device + "' cannot run here: " + e->why_not};
+    if (!d.spec.empty() && (d.backend == "cpu" || d.backend == "reference"))
+        return {true, false, "device '" + device + "': the " + d.backend + " backend is this machine itself and takes no spec"};
+    return {true, true, ""};
+}
+
+std::vector<std::string> runnable_backends() {
+    std::vector<std::string> v;
+    for (const Entry& e : kBackends)
+        if (e.built) v.push_back(e.backend);
+    return v;
+}
+
+Backend& BackendSet::get(const std::string& device) {
+    auto it = backends_.find(device);
+    if (it != backends_.end()) return *it->second;
+    const DeviceStatus s = device_status(device);
+    if (!s.runnable) throw Error(s.reason);
+    auto b = find(parse_device(device).backend)->make(device, opts_);
+    return *backends_.emplace(device, std::move(b)).first->second;
+}
+
+int BackendSet::threads() { return get("cpu").threads(); }
+
+}  // namespace joule

@@ -1,0 +1,53 @@
+// The one registry of backends: which plan devices ("backend[:spec]") exist, which this build and
+// machine can run, and how to create them. Optional backends are folders with a CMake option
+// (JOULE_ENABLE_<NAME>) and one entry in registry.cpp; nothing else names a backend class.
+//
+//   BackendSet set({.threads = 2});
+//   Backend& cpu = set.get("cpu");          // created on first use, one per device string
+//   DeviceStatus s = device_status("cuda:v100");   // {known, runnable, reason}
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace joule {
+
+struct BackendOptions {
+    int threads = 0;  // host threads for backends that compute on the CPU (0: all cores)
+};
+
+// "fpga_emu:s10" -> {"fpga_emu", "s10"}; "cpu" -> {"cpu", ""}.
+struct DeviceName {
+    std::string backend, spec;
+};
+DeviceName parse_device(const std::string& device);
+
+struct DeviceStatus {
+    bool known = false;     // a backend joule has (built here or not)
+    bool runnable = false;  // this build on this machine can run it
+    std::string reason;     // why not, when !runnable
+};
+DeviceStatus device_status(const std::string& device);
+// Backends this build can run, for messages and `joule nets`-style listings.
+std::vector<std::string> runnable_backends();
+
+// Owns one backend per device string, created on first use. get() throws Error when the device is
+// unknown or cannot run here (naming it and why).
+class BackendSet {
+public:
+    explicit BackendSet(BackendOptions opts = {}) : opts_(opts) {}
+    Backend& get(const std::string& device);
+    const BackendOptions& options() const { return opts_; }
+    // Host threads of the cpu backend (created if needed): what run reports print.
+    int threads();
+
+private:
+    BackendOptions opts_;
+    std::map<std::string, std::unique_ptr<Backend>> backends_;
+};
+
+}  // namespace joule

@@ -1,0 +1,308 @@
+#include "plan/passes.hpp"
+
+#include <algorithm>
+#include <ostream>
+
+#include "backend/registry.hpp"
+#include "graph/error.hpp"
+
+namespace joule {
+
+const std::vector<std::string> kPassNames = {"decide", "casts", "transfers", "memory"};
+
+void check_pass_name(const std::string& name) {
+    if (std::find(kPassNames.begin(), kPassNames.end(), name) != kPassNames.end()) return;
+    std::string list;
+    for (const auto& p : kPassNames) list += (list.empty() ? "" : ", ") + p;
+    throw Error("unknown pass '" + name + "'", "passes, in order: " + list);
+}
+
+const std::string& tensor_device(const Graph& g, TensorId t) {
+    static const std::string host = "cpu";
+    const Tensor& x = g.tensor(t);
+    if (x.producer != kNone) return g.node(x.producer).device;
+    const auto& readers = g.consumers(t);
+    for (NodeId n : readers) {
+        const Node& node = g.node(n);
+        for (size_t i = 0; i < node.inputs.size(); ++i)
+            if (node.inputs[i] == t && has_bit(op_info(node.kind).inplace, i)) return node.device;
+    }
+    return readers.empty() ? host : g.node(readers.front()).device;
+}
+
+namespace {
+
+// Rebuilds tg.graph node by node; `rewrite(node, g2)` may add nodes to g2 and rewire node's inputs before
+// the node itself is appended. Keeps sources pointing at the same nodes (added nodes take their
+// consumer's source: its layer) and recomputes the phase marks.
+template <class Rewrite>
+TrainGraph rebuild(TrainGraph tg, Rewrite rewrite) {
+    const Graph& g = tg.graph;
+    Graph g2 = g.tensors_only();
+    std::vector<NodeId> new_id(g.num_nodes(), kNone);
+    std::vector<NodeId> old_source;  // per node of g2: its source as an id of g (a source may come later: a cast's consumer)
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        Node n = g.node(NodeId(k));
+        rewrite(n, g2);
+        const NodeId src = n.source == kNone ? NodeId(k) : n.source;
+        new_id[k] = g2.append(std::move(n));
+        old_source.resize(g2.num_nodes(), src);  // the node and those added for it
+    }
+    for (size_t j = 0; j < g2.num_nodes(); ++j) g2.node(NodeId(j)).source = new_id.at(size_t(old_source[j]));
+    tg.graph = std::move(g2);
+    tg.first_backward = tg.first_update = NodeId(tg.graph.num_nodes());
+    for (size_t k = tg.graph.num_nodes(); k-- > 0;) {
+        const Phase p = tg.graph.node(NodeId(k)).phase;
+        if (p == Phase::Backward || p == Phase::Update) tg.first_backward = NodeId(k);
+        if (p == Phase::Update) tg.first_update = NodeId(k);
+    }
+    return tg;
+}
+
+// Adds a plan-implied node (cast or transfer) for `consumer`, taking its phase, source and device.
+TensorId add_implied(Graph& g2, const Node& consumer, OpKind kind, Attrs attrs, TensorId t, const std::string& name, DType compute) {
+    const TensorRole role = g2.tensor(t).role == TensorRole::Gradient ? TensorRole::Gradient : TensorRole::Activation;
+    const TensorId out = g2.add(kind, std::move(attrs), {t}, name, consumer.phase, kNone, std::nullopt, role).front();
+    Node& n = g2.node(g2.tensor(out).producer);  // its source is set by rebuild() once the consumer is in
+    n.device = consumer.device;
+    n.compute = compute;
+    return out;
+}
+
+}  // namespace
+
+TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* origin,
+                  std::map<std::string, std::map<std::string, std::string>>* options) {
+    Graph& g = tg.graph;
+    auto check_device = [](const std::string& device, const std::string& where) {
+        DeviceStatus s;
+        try {
+            s = device_status(device);
+        } catch (const Error& e) {
+            throw Error(where + ": " + e.what());
+        }
+        if (!s.known) throw Error(where + ": " + s.reason);
+    };
+    check_device(plan.default_device, plan.origin);
+    std::vector<bool> used(plan.entries.size(), false);
+    for (const PlanEntry& e : plan.entries)
+        if (e.device) check_device(*e.device, e.origin);
+    if (origin) origin->assign(g.num_nodes(), plan.origin);
+    // node entries by name (the last of equal names wins, like a later line in a file)
+    std::map<std::string, size_t> by_node;
+    for (size_t i = 0; i < plan.entries.size(); ++i)
+        if (plan.entries[i].match == PlanEntry::Match::Node) by_node[plan.entries[i].pattern] = i;
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        Node& n = g.node(NodeId(k));
+        n.device = plan.default_device;
+        n.compute = f32_only_op(n.kind) ? DType::F32 : plan.default_dtype;
+        auto apply = [&](size_t i, bool exact) {
+            const PlanEntry& e = plan.entries[i];
+            used[i] = true;
+            if (e.device) n.device = *e.device;
+            if (e.dtype) {
+                if (!f32_only_op(n.kind)) n.compute = *e.dtype;
+                else if (exact && *e.dtype != DType::F32)
+                    throw Error(e.origin + ": node '" + n.name + "' (" + op_name(n.kind) + ") computes in f32 only (loss and optimizer updates keep f32 master weights)");
+            }
+            if (options && !e.options.empty()) (*options)[n.name].insert(e.options.begin(), e.options.end());
+            if (origin) (*origin)[k] = e.origin;
+        };
+        const std::string& layer = layer_of(g, NodeId(k));
+        for (size_t i = 0; i < plan.entries.size(); ++i)
+            if (plan.entries[i].match == PlanEntry::Match::Layer && glob_match(plan.entries[i].pattern, layer)) {
+                apply(i, false);
+                break;
+            }
+        if (auto it = by_node.find(n.name); it != by_node.end()) apply(it->second, true);
+    }
+    for (size_t i = 0; i < plan.entries.size(); ++i) {
+        const PlanEntry& e = plan.entries[i];
+        if (used[i] || (e.match == PlanEntry::Match::Node && by_node.at(e.pattern) != i)) continue;
+        if (e.match == PlanEntry::Match::Node)
+            throw Error(e.origin + ": no node is named '" + e.pattern + "'", "joule inspect --plan FILE lists the node names");
+        throw Error(e.origin + ": layer pattern '" + e.pattern + "' matches no layer", "joule inspect lists the layers");
+    }
+    return tg;
+}
+
+TrainGraph insert_casts(TrainGraph tg, const Plan& plan) {
+    Graph& g = tg.graph;
+    // storage dtypes: producer's compute dtype, f32 operands f32, the plan's overrides
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& n = g.node(NodeId(k));
+        for (size_t i = 0; i < n.outputs.size(); ++i) {
+            TensorDesc& d = g.tensor(n.outputs[i]).desc;
+            if (is_float(d.dtype)) d.dtype = has_bit(op_info(n.kind).f32_outputs, i) ? DType::F32 : n.compute;
+        }
+    }
+    for (const StorageEntry& s : plan.storage) {
+        const auto t = g.find_tensor(s.tensor);
+        if (!t) throw Error(s.origin + ": no tensor is named '" + s.tensor + "'", "joule inspect --plan FILE lists the tensors");
+        Tensor& x = g.tensor(*t);
+        if (!is_float(x.desc.dtype)) throw Error(s.origin + ": tensor '" + s.tensor + "' holds indices, its storage is not a floating-point dtype");
+        if (persists(x.role)) throw Error(s.origin + ": tensor '" + s.tensor + "' is a " + role_name(x.role) + ", stored in f32 (master copy)");
+        x.desc.dtype = s.dtype;
+    }
+    std::map<std::pair<TensorId, DType>, TensorId> casts;
+    return rebuild(std::move(tg), [&](Node& n, Graph& g2) {
+        const OpInfo& info = op_info(n.kind);
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+            const TensorId t = n.inputs[i];
+            const DType have = g2.tensor(t).desc.dtype, want = has_bit(info.f32_inputs, i) ? DType::F32 : n.compute;
+            if (!is_float(have) || have == want) continue;
+            if (has_bit(info.inplace, i))
+                throw Error("node '" + n.name + "' writes '" + g2.tensor(t).name + "' in place, so it must compute in its storage dtype " + dtype_name(have));
+            auto [it, fresh] = casts.try_emplace({t, want}, kNone);
+            if (fresh) {
+                const std::string name = "cast:" + g2.tensor(t).name + ":" + dtype_name(want);
+                it->second = add_implied(g2, n, OpKind::Cast, CastAttrs{want}, t, name, want);
+            }
+            n.inputs[i] = it->second;
+        }
+    });
+}
+
+TrainGraph insert_transfers(TrainGraph tg) {
+    const Graph& g = tg.graph;
+    std::vector<std::string> home(g.num_tensors());
+    for (size_t t = 0; t < g.num_tensors(); ++t) home[t] = tensor_device(g, TensorId(t));
+    std::map<std::pair<TensorId, std::string>, TensorId> transfers;
+    return rebuild(std::move(tg), [&](Node& n, Graph& g2) {
+        const OpInfo& info = op_info(n.kind);
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+            const TensorId t = n.inputs[i];
+            const std::string& from = size_t(t) < home.size() ? home[size_t(t)] : tensor_device(g2, t);
+            if (from == n.device) continue;
+            if (has_bit(info.inplace, i))
+                throw Error("node '" + n.name + "' on " + n.device + " writes '" + g2.tensor(t).name + "' in place, but it lives on " + from +
+                            " (written in place there first)", "place the nodes that update a tensor on one device");
+            auto [it, fresh] = transfers.try_emplace({t, n.device}, kNone);
+            if (fresh) {
+                const std::string name = "transfer:" + g2.tensor(t).name + ":" + n.device;
+                it->second = add_implied(g2, n, OpKind::Transfer, TransferAttrs{from, n.device}, t, name, g2.tensor(t).desc.dtype);
+            }
+            n.inputs[i] = it->second;
+        }
+    });
+}
+
+MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
+    const size_t nt = g.num_tensors(), nn = g.num_nodes();
+    auto aligned = [](size_t b) { return (std::max<size_t>(b, 4) + 63) / 64 * 64; };
+    MemoryPlan mp;
+    mp.buffer_of.assign(nt, -1);
+    mp.offset_of.assign(nt, 0);
+    std::vector<bool> owned(nt, false);
+    for (size_t t = 0; t < nt; ++t) owned[t] = persists(g.tensor(TensorId(t)).role);
+    for (TensorId t : keep) owned[size_t(t)] = true;
+    // lifetime of each transient tensor: from its producer to its last reader
+    std::vector<int64_t> first(nt, -1), last(nt, -1);
+    for (size_t n = 0; n < nn; ++n) {
+        for (TensorId t : g.node(NodeId(n)).inputs) last[size_t(t)] = int64_t(n);
+        for (TensorId t : g.node(NodeId(n)).outputs) first[size_t(t)] = int64_t(n), last[size_t(t)] = std::max(last[size_t(t)], int64_t(n));
+    }
+    std::map<std::string, std::vector<TensorId>> transient;  // per device
+    for (size_t t = 0; t < nt; ++t) {
+        const TensorId id = TensorId(t);
+        mp.bytes_if_unshared += g.tensor(id).desc.bytes();
+        if (owned[t] || first[t] < 0) {  // persistent, kept, or never produced: a buffer of its own
+            mp.buffers.push_back({tensor_device(g, id), aligned(g.tensor(id).desc.bytes())});
+            mp.buffer_of[t] = int32_t(mp.buffers.size() - 1);
+        } else {
+            transient[tensor_device(g, id)].push_back(id);
+        }
+    }
+    for (auto& [device, ids] : transient) {
+        std::stable_sort(ids.begin(), ids.end(), [&](TensorId a, TensorId b) { return g.tensor(a).desc.bytes() > g.tensor(b).desc.bytes(); });
+        struct Placed {
+            int64_t first, last;
+            size_t begin, end;
+        };
+        std::vector<Placed> placed;
+        size_t arena = 0;
+        for (TensorId t : ids) {
+            const size_t need = aligned(g.tensor(t).desc.bytes());
+            std::vector<std::pair<size_t, size_t>> busy;  // address ranges of tensors alive at the same time
+            for (const Placed& p : placed)
+                if (p.first <= last[size_t(t)] && first[size_t(t)] <= p.last) busy.push_back({p.begin, p.end});
+            std::sort(busy.begin(), busy.end());
+            size_t offset = 0;
+            for (const auto& [b, e] : busy) {
+                if (b >= offset + need) break;  // the gap before this range fits
+                offset = std::max(offset, e);
+            }
+            placed.push_back({first[size_t(t)], last[size_t(t)], offset, offset + need});
+            mp.offset_of[size_t(t)] = offset;
+            arena = std::max(arena, offset + need);
+        }
+        mp.buffers.push_back({device, arena});
+        for (TensorId t : ids) mp.buffer_of[size_t(t)] = int32_t(mp.buffers.size() - 1);
+    }
+    for (const auto& b : mp.buffers) mp.bytes_total += b.bytes;
+    return mp;
+}
+
+LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
+    if (!o.dump_after.empty()) check_pass_name(o.dump_after);
+    if (!plan.fingerprint.empty()) {
+        const std::string have = fingerprint(tg);
+        if (have != plan.fingerprint)
+            throw Error(plan.name + ": the plan was made for another graph (fingerprint " + plan.fingerprint + (plan.model.empty() ? "" : ", " + plan.model) +
+                            (plan.batch > 0 ? " batch " + std::to_string(plan.batch) : "") + "; this graph's is " + have + ")",
+                        "make the plan for this net, batch and input size (joule inspect --plan shows the fingerprint)");
+    }
+    auto dump = [&](const std::string& pass, const Graph& g) {
+        if (o.dump && o.dump_after == pass) {
+            *o.dump << "# graph after pass '" << pass << "' (" << g.num_nodes() << " nodes)\n";
+            print_graph(*o.dump, g);
+        }
+    };
+    LoweredGraph lg;
+    lg.plan = plan;
+    const size_t before = tg.graph.num_nodes();
+    tg = decide(std::move(tg), plan, &lg.origin, &lg.options);
+    dump("decide", tg.graph);
+    std::map<std::string, std::string> origin_by_name;
+    for (size_t k = 0; k < tg.graph.num_nodes(); ++k) origin_by_name[tg.graph.node(NodeId(k)).name] = lg.origin[k];
+    tg = insert_casts(std::move(tg), plan);
+    lg.casts = tg.graph.num_nodes() - before;
+    dump("casts", tg.graph);
+    tg = insert_transfers(std::move(tg));
+    lg.transfers = tg.graph.num_nodes() - before - lg.casts;
+    dump("transfers", tg.graph);
+    lg.memory = plan_memory(tg.graph, o.keep);
+    if (o.dump && o.dump_after == "memory") {
+        *o.dump << "# memory plan after pass 'memory': " << lg.memory.buffers.size() << " buffers, " << lg.memory.bytes_total << " bytes (" << lg.memory.bytes_if_unshared
+                << " unshared)\n";
+        for (size_t t = 0; t < tg.graph.num_tensors(); ++t)
+            *o.dump << "  " << tg.graph.tensor(TensorId(t)).name << " -> buffer " << lg.memory.buffer_of[t] << " + " << lg.memory.offset_of[t]
+                    << " on " << lg.memory.buffers[size_t(lg.memory.buffer_of[t])].device << "\n";
+    }
+    // an inserted node answers to the entry of the consumer it was inserted for (the next planned node)
+    lg.origin.assign(tg.graph.num_nodes(), plan.origin);
+    std::string next = plan.origin;
+    for (size_t k = tg.graph.num_nodes(); k-- > 0;) {
+        const Node& n = tg.graph.node(NodeId(k));
+        auto it = origin_by_name.find(n.name);
+        if (it != origin_by_name.end()) next = it->second;
+        lg.origin[k] = it != origin_by_name.end() ? it->second : next + " (" + (n.kind == OpKind::Cast ? "cast" : "transfer") + " inserted for it)";
+    }
+    lg.train = std::move(tg);
+    return lg;
+}
+
+void print_graph(std::ostream& os, const Graph& g) {
+    auto descs = [&](const std::vector<TensorId>& ids) {
+        std::string s;
+        for (TensorId t : ids) s += (s.empty() ? "" : ", ") + g.tensor(t).name + " " + desc_str(g.tensor(t).desc);
+        return s;
+    };
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& n = g.node(NodeId(k));
+        os << "  #" << k << " [" << phase_name(n.phase) << "] " << n.name << ": " << op_name(n.kind) << " @" << n.device << " "
+           << dtype_name(n.compute) << " (" << descs(n.inputs) << ") -> (" << descs(n.outputs) << ")\n";
+    }
+}
+
+}  // namespace joule

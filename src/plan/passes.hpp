@@ -1,0 +1,81 @@
+// The pass pipeline that turns a TrainGraph and a Plan into the graph the executor runs. Each pass is a
+// pure function of its inputs, in DESIGN.md's order (layout and fusion come later):
+//
+//   decide            the Plan's device and compute dtype onto every node (validating entries)
+//   insert_casts      storage dtypes (a tensor is stored in its producer's compute dtype unless the plan
+//                     says otherwise or the op keeps it f32); one Cast per (tensor, dtype) a consumer needs,
+//                     shared by all such consumers, named "cast:<tensor>:<dtype>"
+//   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
+//                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
+//                     them in place (else their first reader)
+//   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness
+//
+//   LoweredGraph lg = lower(std::move(tg), plan, {.keep = {logits, loss}});
+//   lower(..., {.dump_after = "casts", .dump = &std::cout}) prints the graph after that pass.
+//
+// Tensor ids of the input graph stay valid (passes only add tensors); node ids do not (passes insert
+// nodes): anything that must stay stable keys on names.
+#pragma once
+
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/autodiff.hpp"
+#include "plan/plan.hpp"
+
+namespace joule {
+
+// Where each tensor lives: persistent and kept tensors own a buffer; the transient ones (activations,
+// gradients) share one arena per device, at offsets planned greedily by size (TFLite's "greedy by size":
+// largest first, each at the lowest offset clear of every tensor whose lifetime overlaps its own).
+struct MemoryPlan {
+    struct Buffer {
+        std::string device;
+        size_t bytes = 0;
+    };
+    std::vector<Buffer> buffers;
+    std::vector<int32_t> buffer_of;  // per tensor id
+    std::vector<size_t> offset_of;   // per tensor id: byte offset inside its buffer (64-byte aligned)
+    size_t bytes_total = 0;          // all buffers
+    size_t bytes_if_unshared = 0;    // one buffer per tensor
+};
+
+struct LoweredGraph {
+    TrainGraph train;
+    MemoryPlan memory;
+    Plan plan;
+    std::vector<std::string> origin;                                  // per node: the plan entry or pass that decided it
+    std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
+    size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
+};
+
+struct LowerOptions {
+    std::vector<TensorId> keep;  // tensors the caller reads after a run (own buffers)
+    std::string dump_after;      // "", or a pass name: decide, casts, transfers, memory
+    std::ostream* dump = nullptr;
+};
+
+extern const std::vector<std::string> kPassNames;  // in pipeline order
+void check_pass_name(const std::string& name);     // Error naming the passes when unknown
+
+// The device a tensor lives on: its producer's, or for a persistent tensor (no producer) the device of
+// the node writing it in place, else of its first reader ("cpu" when nothing reads it).
+const std::string& tensor_device(const Graph& g, TensorId t);
+
+TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* origin,
+                  std::map<std::string, std::map<std::string, std::string>>* options);
+TrainGraph insert_casts(TrainGraph tg, const Plan& plan);
+TrainGraph insert_transfers(TrainGraph tg);
+MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
+
+// The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no
+// node or layer, an unknown device, a dtype for an f32-only op, or an in-place operand across devices or
+// dtypes — each naming the entry (file:line).
+LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& opts = {});
+
+// One line per node: id, phase, name, op, device, compute dtype, inputs -> outputs.
+void print_graph(std::ostream& os, const Graph& g);
+
+}  // namespace joule

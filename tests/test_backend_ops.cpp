@@ -1,0 +1,722 @@
+// The op-consistency harness (DESIGN practice 9): every op kind of the catalogue, built as a tiny graph
+// with small odd shapes, run on the reference backend (the oracle) and on every backend under test, in
+// f32 and in bf16, and every tensor compared afterwards (outputs, inputs written in place, and inputs
+// that must stay untouched). Adding an op without a case here fails EveryOpKindHasACase; adding a
+// backend is one line in backends_under_test().
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/reference/reference_backend.hpp"
+#include "graph/autodiff.hpp"
+#include "graph/bf16.hpp"
+#include "graph/error.hpp"
+
+namespace joule {
+namespace {
+
+// ---- the backends compared against the reference: one line per backend --------------------------------
+struct BackendFactory {
+    std::string name;
+    std::function<std::unique_ptr<Backend>()> make;
+};
+const std::vector<BackendFactory>& backends_under_test() {
+    static const std::vector<BackendFactory> list = {
+        {"cpu", [] { return std::make_unique<cpu::CpuBackend>(2); }},
+    };
+    return list;
+}
+
+// ---- cases ------------------------------------------------------------------------------------------------
+// How an input is filled: floats uniform in [lo, hi) (re-drawn near `avoid`, e.g. an activation's
+// kinks; rounded to multiples of `step` when set, to make ties), index tensors uniform in [0, limit).
+struct Fill {
+    double lo = -1, hi = 1;
+    int64_t limit = 0;
+    std::vector<double> avoid = {};
+    double step = 0;
+};
+using Fills = std::map<TensorId, Fill>;
+
+struct Case {
+    std::string name;
+    std::function<void(Graph&, Fills&)> build;  // inputs and the node(s) under test
+    bool bf16 = true;                           // also run in bf16 (compute and storage)
+    OperandMask keep_f32_outputs = 0;           // bf16 run: outputs left in f32 (f32 weight gradients of a bf16 GEMM)
+    bool training = true;
+    int runs = 1;          // runs of the graph (step counters: Dropout, Adam)
+    bool exact = false;    // backends must agree bit for bit
+    double tol = 1;        // tolerance multiplier
+};
+
+TensorDesc plain(Shape s) { return {std::move(s), DType::F32, Layout::Plain}; }
+TensorDesc nhwc(Shape s) { return {std::move(s), DType::F32, Layout::ChannelsLast}; }
+TensorId input(Graph& g, Fills& f, const std::string& name, const TensorDesc& d, Fill fill = {}) {
+    const TensorId t = g.input(name, d);
+    f[t] = std::move(fill);
+    return t;
+}
+TensorId indices(Graph& g, Fills& f, const std::string& name, Shape s, int64_t limit) {
+    return input(g, f, name, {std::move(s), DType::I32, Layout::Plain}, Fill{.limit = limit});
+}
+// Output descs of op `k` on inputs `in` (to shape a backward op's output-gradient input).
+TensorDesc out_desc(OpKind k, Attrs a, const std::vector<TensorDesc>& in) {
+    Node n;
+    n.kind = k;
+    n.attrs = std::move(a);
+    return op_info(k).shape(n, in).front();
+}
+TensorId backward(Graph& g, OpKind k, Attrs a, std::vector<TensorId> in, std::optional<TensorDesc> grad_of = std::nullopt) {
+    return g.add(k, std::move(a), std::move(in), std::string(op_name(k)), Phase::Backward, kNone, std::move(grad_of)).front();
+}
+
+void add_conv_cases(std::vector<Case>& cs, const std::string& tag, TensorDesc x, Shape w, ConvAttrs a) {
+    const TensorDesc wd = plain(std::move(w));
+    std::vector<TensorDesc> fwd_in = {x, wd};
+    if (a.bias) fwd_in.push_back(plain({wd.shape[0]}));
+    const TensorDesc y = out_desc(OpKind::Conv2d, a, fwd_in);
+    cs.push_back({"Conv2d_" + tag, [=](Graph& g, Fills& f) {
+                      std::vector<TensorId> in = {input(g, f, "x", x), input(g, f, "w", wd)};
+                      if (a.bias) in.push_back(input(g, f, "b", fwd_in[2]));
+                      g.add(OpKind::Conv2d, a, in, "conv");
+                  }});
+    cs.push_back({"ConvBackwardData_" + tag, [=](Graph& g, Fills& f) {
+                      backward(g, OpKind::ConvBackwardData, a, {input(g, f, "dy", y), input(g, f, "w", wd)}, x);
+                  }});
+    for (OperandMask keep : {OperandMask(0), OperandMask(0b1)})
+        cs.push_back({"ConvBackwardWeights_" + tag + (keep ? "_f32dw" : ""), [=](Graph& g, Fills& f) {
+                          backward(g, OpKind::ConvBackwardWeights, a, {input(g, f, "dy", y), input(g, f, "x", x)}, wd);
+                      }, true, keep});
+}
+
+void add_linear_cases(std::vector<Case>& cs, const std::string& tag, Shape x, Shape w, bool bias) {
+    const TensorDesc xd = plain(x), wd = plain(w);
+    Shape ys = x;
+    ys.back() = w[0];
+    const TensorDesc yd = plain(ys);
+    cs.push_back({"Linear_" + tag, [=](Graph& g, Fills& f) {
+                      std::vector<TensorId> in = {input(g, f, "x", xd), input(g, f, "w", wd)};
+                      if (bias) in.push_back(input(g, f, "b", plain({wd.shape[0]})));
+                      g.add(OpKind::Linear, LinearAttrs{bias}, in, "fc");
+                  }});
+    cs.push_back({"LinearBackwardData_" + tag, [=](Graph& g, Fills& f) {
+                      backward(g, OpKind::LinearBackwardData, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "w", wd)}, xd);
+                  }});
+    for (OperandMask keep : {OperandMask(0), OperandMask(0b1)})
+        cs.push_back({"LinearBackwardWeights_" + tag + (keep ? "_f32dw" : ""), [=](Graph& g, Fills& f) {
+                          backward(g, OpKind::LinearBackwardWeights, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "x", xd)}, wd);
+                      }, true, keep});
+}
+
+// A one-input op on one shape; an eltwise backward reading (dY, X).
+Case unary(const std::string& name, OpKind k, Attrs a, TensorDesc x, Fill fill = {}) {
+    return {name, [=](Graph& g, Fills& f) { g.add(k, a, {input(g, f, "x", x, fill)}, "op"); }};
+}
+Case eltwise_backward(const std::string& name, OpKind k, TensorDesc x, Fill fill) {
+    return {name, [=](Graph& g, Fills& f) { backward(g, k, NoAttrs{}, {input(g, f, "dy", x), input(g, f, "x", x, fill)}); }};
+}
+
+PoolAttrs pool(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+    PoolAttrs a;
+    a.kernel[0] = kh, a.kernel[1] = kw, a.stride[0] = sh, a.stride[1] = sw, a.pad[0] = ph, a.pad[1] = pw;
+    return a;
+}
+ConvAttrs conv(int64_t s0, int64_t s1, int64_t p0, int64_t p1, int64_t d0, int64_t d1, int64_t groups, bool bias) {
+    ConvAttrs a;
+    a.stride[0] = s0, a.stride[1] = s1, a.pad[0] = p0, a.pad[1] = p1, a.dilation[0] = d0, a.dilation[1] = d1;
+    a.groups = groups, a.bias = bias;
+    return a;
+}
+
+void add_pool_cases(std::vector<Case>& cs, const std::string& tag, TensorDesc x, PoolAttrs a) {
+    const TensorDesc y = out_desc(OpKind::AvgPool2d, a, {x});
+    cs.push_back(unary("MaxPool2d_" + tag, OpKind::MaxPool2d, a, x));
+    // the backward reads the arg-max its forward wrote: forward and backward in one graph
+    cs.push_back({"MaxPool2dBackward_" + tag, [=](Graph& g, Fills& f) {
+                      const auto fwd = g.add(OpKind::MaxPool2d, a, {input(g, f, "x", x)}, "pool");
+                      backward(g, OpKind::MaxPool2dBackward, a, {input(g, f, "dy", y), fwd[1]}, x);
+                  }});
+    cs.push_back(unary("AvgPool2d_" + tag, OpKind::AvgPool2d, a, x));
+    cs.push_back({"AvgPool2dBackward_" + tag, [=](Graph& g, Fills& f) {
+                      backward(g, OpKind::AvgPool2dBackward, a, {input(g, f, "dy", y)}, x);
+                  }});
+}
+
+std::vector<Case> make_cases() {
+    std::vector<Case> cs;
+    using K = OpKind;
+    // convolution: groups + dilation + asymmetric stride/pad + bias in nhwc; plain without bias; strided nhwc
+    add_conv_cases(cs, "grouped_dilated_nhwc", nhwc({2, 4, 7, 6}), {6, 2, 3, 3}, conv(2, 1, 1, 2, 1, 2, 2, true));
+    add_conv_cases(cs, "plain_nobias", plain({1, 3, 5, 5}), {4, 3, 2, 2}, conv(1, 1, 0, 0, 1, 1, 1, false));
+    add_conv_cases(cs, "strided_nhwc", nhwc({2, 3, 9, 8}), {5, 3, 3, 3}, conv(2, 2, 1, 1, 1, 1, 1, true));
+
+    add_linear_cases(cs, "bias", {5, 7}, {4, 7}, true);
+    add_linear_cases(cs, "rank3_nobias", {2, 3, 7}, {5, 7}, false);
+
+    auto matmul = [&](const std::string& tag, Shape a, Shape b, MatMulAttrs at) {
+        cs.push_back({"MatMul_" + tag, [=](Graph& g, Fills& f) {
+                          g.add(K::MatMul, at, {input(g, f, "a", plain(a)), input(g, f, "b", plain(b))}, "mm");
+                      }});
+    };
+    matmul("batched", {2, 3, 4}, {2, 4, 5}, {});
+    matmul("trans_a_alpha", {2, 4, 3}, {2, 4, 5}, {true, false, 0.5f});
+    matmul("trans_b", {3, 4}, {5, 4}, {false, true, 1.0f});
+    matmul("both_rank4", {2, 2, 4, 3}, {2, 2, 5, 4}, {true, true, -1.5f});
+
+    // normalisation: inputs (X, gamma, beta, running mean, running var)
+    auto batch_norm = [&](const std::string& tag, TensorDesc x, bool training) {
+        Case c{"BatchNorm2d_" + tag, [=](Graph& g, Fills& f) {
+                   const TensorDesc ch = plain({x.shape[1]});
+                   g.add(K::BatchNorm2d, NormAttrs{1e-5f, 0.1f},
+                         {input(g, f, "x", x, {-2, 3}), input(g, f, "gamma", ch, {0.5, 1.5}), input(g, f, "beta", ch),
+                          input(g, f, "running_mean", ch), input(g, f, "running_var", ch, {0.5, 1.5})},
+                         "bn");
+               }};
+        c.training = training;
+        c.runs = 2;
+        cs.push_back(c);
+    };
+    batch_norm("nhwc", nhwc({3, 4, 5, 3}), true);
+    batch_norm("plain", plain({2, 3, 4, 4}), true);
+    batch_norm("inference", nhwc({3, 4, 5, 3}), false);
+    auto norm_backward = [&](const std::string& name, K k, TensorDesc x, Shape stat) {
+        cs.push_back({name, [=](Graph& g, Fills& f) {
+                          const TensorDesc gm = plain({k == K::BatchNormBackward ? x.shape[1] : x.shape.back()});
+                          g.add(k, NormAttrs{},
+                                {input(g, f, "dy", x), input(g, f, "x", x), input(g, f, "gamma", gm, {0.5, 1.5}),
+                                 input(g, f, "mean", plain(stat), {-0.3, 0.3}), input(g, f, "var", plain(stat), {0.3, 0.6})},
+                                "bwd");
+                      }});
+    };
+    norm_backward("BatchNormBackward_nhwc", K::BatchNormBackward, nhwc({3, 4, 5, 3}), {4});
+    norm_backward("BatchNormBackward_plain", K::BatchNormBackward, plain({2, 3, 4, 4}), {3});
+    auto layer_norm = [&](const std::string& tag, Shape x) {
+        cs.push_back({"LayerNorm_" + tag, [=](Graph& g, Fills& f) {
+                          const TensorDesc h = plain({x.back()});
+                          g.add(K::LayerNorm, NormAttrs{}, {input(g, f, "x", plain(x), {-2, 3}), input(g, f, "gamma", h, {0.5, 1.5}), input(g, f, "beta", h)}, "ln");
+                      }});
+    };
+    layer_norm("2d", {4, 9});
+    layer_norm("3d", {2, 3, 6});
+    norm_backward("LayerNormBackward_2d", K::LayerNormBackward, plain({4, 9}), {4});
+    norm_backward("LayerNormBackward_3d", K::LayerNormBackward, plain({2, 3, 6}), {2, 3});
+
+    // activations, away from their kinks (where derivative conventions differ)
+    const Fill relu_fill{-3, 8}, smooth_fill{-4, 4};
+    const std::pair<K, K> acts[] = {{K::Relu, K::ReluBackward}, {K::Relu6, K::Relu6Backward}, {K::Gelu, K::GeluBackward},
+                                    {K::Sigmoid, K::SigmoidBackward}, {K::Tanh, K::TanhBackward}};
+    for (auto [fwd, bwd] : acts) {
+        const Fill fill = fwd == K::Relu || fwd == K::Relu6 ? relu_fill : smooth_fill;
+        cs.push_back(unary(std::string(op_name(fwd)) + "_nhwc", fwd, NoAttrs{}, nhwc({2, 3, 4, 5}), fill));
+        cs.push_back(unary(std::string(op_name(fwd)) + "_plain", fwd, NoAttrs{}, plain({3, 7}), fill));
+        cs.push_back(eltwise_backward(std::string(op_name(bwd)) + "_nhwc", bwd, nhwc({2, 3, 4, 5}), fill));
+        cs.push_back(eltwise_backward(std::string(op_name(bwd)) + "_plain", bwd, plain({3, 7}), fill));
+    }
+
+    // pooling: padded 3x3/2 in nhwc, odd plain 2x3 windows, a 16x16 window (i32 arg-max)
+    add_pool_cases(cs, "3x3s2p1_nhwc", nhwc({2, 3, 7, 8}), pool(3, 3, 2, 2, 1, 1));
+    add_pool_cases(cs, "2x3_plain", plain({1, 2, 5, 7}), pool(2, 3, 1, 2, 1, 1));
+    add_pool_cases(cs, "16x16_i32_argmax", plain({1, 2, 17, 16}), pool(16, 16, 1, 1, 0, 0));
+    // arg-max of tied windows: the first maximal element; all-negative padded windows: padding never wins
+    cs.push_back(unary("MaxPool2d_ties", K::MaxPool2d, pool(3, 3, 2, 2, 1, 1), nhwc({2, 3, 7, 8}), Fill{.lo = -1, .hi = 1, .step = 1}));
+    cs.push_back(unary("MaxPool2d_negative_padded", K::MaxPool2d, pool(3, 2, 1, 2, 1, 1), plain({1, 3, 5, 6}), Fill{.lo = -2, .hi = -1}));
+    for (const TensorDesc& x : {nhwc({2, 3, 4, 5}), plain({1, 4, 3, 3})}) {
+        const std::string tag = x.layout == Layout::ChannelsLast ? "nhwc" : "plain";
+        cs.push_back(unary("GlobalAvgPool_" + tag, K::GlobalAvgPool, NoAttrs{}, x));
+        cs.push_back({"GlobalAvgPoolBackward_" + tag, [=](Graph& g, Fills& f) {
+                          backward(g, K::GlobalAvgPoolBackward, NoAttrs{}, {input(g, f, "dy", out_desc(K::GlobalAvgPool, NoAttrs{}, {x}))}, x);
+                      }});
+    }
+
+    // binary ops (mixed storage layouts too)
+    auto binary = [&](K k, const std::string& tag, TensorDesc a, TensorDesc b) {
+        cs.push_back({std::string(op_name(k)) + "_" + tag, [=](Graph& g, Fills& f) { g.add(k, NoAttrs{}, {input(g, f, "a", a), input(g, f, "b", b)}, "op"); }});
+    };
+    binary(K::Add, "nhwc_plus_plain", nhwc({2, 3, 4, 5}), plain({2, 3, 4, 5}));
+    binary(K::Add, "plain", plain({3, 7}), plain({3, 7}));
+    binary(K::Mul, "nhwc", nhwc({2, 3, 4, 5}), nhwc({2, 3, 4, 5}));
+    binary(K::Mul, "plain", plain({3, 7}), plain({3, 7}));
+
+    // data movement
+    auto concat = [&](const std::string& tag, int64_t axis, std::vector<TensorDesc> xs) {
+        cs.push_back({"Concat_" + tag, [=](Graph& g, Fills& f) {
+                          std::vector<TensorId> in;
+                          for (size_t i = 0; i < xs.size(); ++i) in.push_back(input(g, f, "x" + std::to_string(i), xs[i]));
+                          g.add(K::Concat, AxisAttrs{axis}, in, "cat");
+                      }});
+    };
+    concat("channels_nhwc", 1, {nhwc({2, 2, 3, 4}), nhwc({2, 3, 3, 4}), nhwc({2, 1, 3, 4})});
+    concat("last_plain", -1, {plain({2, 3}), plain({2, 5})});
+    concat("axis0_rank3", 0, {plain({1, 3, 2}), plain({2, 3, 2})});
+    auto slice = [&](const std::string& tag, TensorDesc x, SliceAttrs s) {
+        cs.push_back(unary("Slice_" + tag, K::Slice, s, x));
+        cs.push_back({"SliceBackward_" + tag, [=](Graph& g, Fills& f) {
+                          backward(g, K::SliceBackward, s, {input(g, f, "dy", out_desc(K::Slice, s, {x}))}, x);
+                      }});
+    };
+    slice("channels_nhwc", nhwc({2, 5, 3, 4}), {1, 1, 3});
+    slice("cols_plain", plain({4, 7}), {1, 2, 4});
+    slice("negative_axis", plain({3, 5, 2}), {-2, 3, 2});
+    cs.push_back(unary("Reshape_nhwc_to_plain", K::Reshape, ReshapeAttrs{{2, -1}, Layout::Plain}, nhwc({2, 3, 4, 5})));
+    cs.push_back(unary("Reshape_plain_to_nhwc", K::Reshape, ReshapeAttrs{{2, 5, 3, 4}, Layout::ChannelsLast}, plain({2, 60})));
+    cs.push_back(unary("Reshape_plain", K::Reshape, ReshapeAttrs{{3, 40}, Layout::Plain}, plain({6, 20})));
+    cs.push_back(unary("Reshape_one_channel_nhwc", K::Reshape, ReshapeAttrs{{2, 12}, Layout::Plain}, nhwc({2, 1, 3, 4})));
+    cs.push_back(unary("Transpose_rank3", K::Transpose, TransposeAttrs{{2, 0, 1}}, plain({2, 3, 4})));
+    cs.push_back(unary("Transpose_nhwc", K::Transpose, TransposeAttrs{{0, 2, 3, 1}}, nhwc({2, 3, 4, 5})));
+
+    // dropout: masks bit-identical across backends, over two steps; inference is the identity
+    auto dropout = [&](const std::string& tag, TensorDesc x, float p, bool training) {
+        Case c = unary("Dropout_" + tag, K::Dropout, DropoutAttrs{p, 42}, x);
+        c.runs = 2, c.exact = true, c.training = training;
+        cs.push_back(c);
+    };
+    dropout("plain", plain({4, 33}), 0.3f, true);
+    dropout("nhwc", nhwc({2, 3, 5, 7}), 0.5f, true);
+    dropout("inference", nhwc({2, 3, 5, 7}), 0.5f, false);
+
+    // softmax, embedding, loss
+    cs.push_back(unary("Softmax_2d", K::Softmax, AxisAttrs{-1}, plain({3, 7}), {-3, 3}));
+    cs.push_back(unary("Softmax_3d", K::Softmax, AxisAttrs{2}, plain({2, 3, 5}), {-3, 3}));
+    cs.push_back({"SoftmaxBackward", [=](Graph& g, Fills& f) {
+                      backward(g, K::SoftmaxBackward, AxisAttrs{-1}, {input(g, f, "dy", plain({3, 7})), input(g, f, "y", plain({3, 7}), {0, 1})});
+                  }});
+    cs.push_back({"Embedding", [=](Graph& g, Fills& f) {
+                      g.add(K::Embedding, NoAttrs{}, {indices(g, f, "idx", {2, 5}, 11), input(g, f, "table", plain({11, 6}))}, "emb");
+                  }, false});
+    cs.push_back({"EmbeddingBackward", [=](Graph& g, Fills& f) {  // 10 indices into 4 rows: repeated rows
+                      backward(g, K::EmbeddingBackward, NoAttrs{}, {input(g, f, "dy", plain({2, 5, 6})), indices(g, f, "idx", {2, 5}, 4)}, plain({4, 6}));
+                  }, false});
+    cs.push_back({"SoftmaxCrossEntropy", [=](Graph& g, Fills& f) {
+                      g.add(K::SoftmaxCrossEntropy, NoAttrs{}, {input(g, f, "logits", plain({5, 7}), {-3, 3}), indices(g, f, "labels", {5}, 7)}, "loss");
+                  }, false});
+    cs.push_back({"SoftmaxCrossEntropyBackward", [=](Graph& g, Fills& f) {
+                      backward(g, K::SoftmaxCrossEntropyBackward, NoAttrs{},
+                               {input(g, f, "dloss", plain({1}), {0.5, 2}), input(g, f, "probs", plain({5, 7}), {0, 1}), indices(g, f, "labels", {5}, 7)});
+                  }, false});
+
+    // optimizer updates (in place; Adam's bias correction over three steps)
+    Case sgd_momentum{"SgdUpdate_momentum", [=](Graph& g, Fills& f) {
+                          g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f},
+                                {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "v", plain({3, 5}))}, "sgd");
+                      }, false};
+    sgd_momentum.runs = 2;
+    cs.push_back(sgd_momentum);
+    cs.push_back({"SgdUpdate_plain", [=](Graph& g, Fills& f) {
+                      g.add(K::SgdUpdate, SgdAttrs{0.05f, 0.0f, 0.0f}, {input(g, f, "p", plain({7})), input(g, f, "g", plain({7}))}, "sgd");
+                  }, false});
+    Case adam{"AdamUpdate", [=](Graph& g, Fills& f) {
+                  g.add(K::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.01f},
+                        {input(g, f, "p", plain({4, 6})), input(g, f, "g", plain({4, 6})), input(g, f, "m", plain({4, 6}), {-0.1, 0.1}),
+                         input(g, f, "v", plain({4, 6}), {0, 0.1})},
+                        "adam");
+              }, false};
+    adam.runs = 3;
+    cs.push_back(adam);
+
+    // plan-implied nodes
+    auto cast = [&](const std::string& tag, TensorDesc x, DType to) {
+        Case c = unary("Cast_" + tag, K::Cast, CastAttrs{to}, x, {-100, 100});
+        c.bf16 = false, c.exact = true;
+        cs.push_back(c);
+    };
+    cast("f32_to_bf16_nhwc", nhwc({2, 3, 4, 5}), DType::BF16);
+    cast("bf16_to_f32", {{3, 7}, DType::BF16, Layout::Plain}, DType::F32);
+#if defined(__FLT16_MANT_DIG__)
+    cast("f32_to_f16", plain({3, 7}), DType::F16);
+#endif
+    for (const TensorDesc& x : {plain({5, 7}), TensorDesc{{2, 3, 4, 5}, DType::BF16, Layout::ChannelsLast}}) {
+        Case c = unary(std::string("Transfer_") + dtype_name(x.dtype), K::Transfer, TransferAttrs{"elsewhere", "here"}, x);
+        c.bf16 = false, c.exact = true;
+        cs.push_back(c);
+    }
+
+    // a whole training step (forward, loss, autodiff's backward nodes, SGD updates): every tensor compared
+    Case step{"TrainStep_small_cnn", [=](Graph& g, Fills& f) {
+                  Graph fwd;
+                  auto param = [&](const std::string& n, Shape s, Fill fill = {}) {
+                      const TensorId t = fwd.parameter(n, plain(std::move(s)), Init::zeros());
+                      f[t] = fill;
+                      return t;
+                  };
+                  const TensorId x = fwd.input("x", nhwc({2, 3, 6, 6}));
+                  TensorId h = fwd.add1(K::Conv2d, conv(1, 1, 1, 1, 1, 1, 1, true), {x, param("w1", {4, 3, 3, 3}), param("b1", {4})}, "conv1");
+                  const TensorId rm = fwd.state("bn.rm", plain({4}), Init::zeros()), rv = fwd.state("bn.rv", plain({4}), Init::ones());
+                  f[rv] = {0.5, 1.5};
+                  h = fwd.add(K::BatchNorm2d, NormAttrs{}, {h, param("gamma", {4}, {0.5, 1.5}), param("beta", {4}), rm, rv}, "bn")[0];
+                  h = fwd.add1(K::Relu, NoAttrs{}, {h}, "relu");
+                  h = fwd.add(K::MaxPool2d, pool(2, 2, 2, 2, 0, 0), {h}, "pool")[0];
+                  h = fwd.add1(K::Reshape, ReshapeAttrs{{2, -1}, Layout::Plain}, {h}, "flatten");
+                  h = fwd.add(K::Dropout, DropoutAttrs{0.25f, 7}, {h}, "drop")[0];
+                  h = fwd.add1(K::Linear, LinearAttrs{true}, {h, param("w2", {5, 36}), param("b2", {5})}, "fc");
+                  const TensorId labels = fwd.input("labels", {{2}, DType::I32, Layout::Plain}, TensorRole::Label);
+                  f[labels] = Fill{.limit = 5};
+                  const TensorId loss = fwd.add(K::SoftmaxCrossEntropy, NoAttrs{}, {h, labels}, "loss")[0];
+                  g = build_train_graph(std::move(fwd), loss, OptimizerConfig::sgd(0.1f, 0.9f, 1e-3f)).graph;
+              }, false};
+    step.runs = 2;
+    cs.push_back(step);
+    return cs;
+}
+
+const std::vector<Case>& cases() {
+    static const std::vector<Case> cs = make_cases();
+    return cs;
+}
+
+// The case's graph; in bf16 every node computes in bf16 and every float tensor is stored in bf16 except
+// the ops' f32 operands (OpInfo::f32_inputs / f32_outputs) and the case's kept-f32 outputs.
+Graph build(const Case& c, DType dtype, Fills& fills) {
+    Graph g;
+    c.build(g, fills);
+    if (dtype == DType::F32) return g;
+    std::set<TensorId> f32;
+    for (const Node& n : g.nodes()) {
+        const OpInfo& info = op_info(n.kind);
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+            if (has_bit(info.f32_inputs, i)) f32.insert(n.inputs[i]);
+        for (size_t i = 0; i < n.outputs.size(); ++i)
+            if (has_bit(info.f32_outputs, i) || has_bit(c.keep_f32_outputs, i)) f32.insert(n.outputs[i]);
+    }
+    for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) g.node(n).compute = dtype;
+    for (TensorId t = 0; t < TensorId(g.num_tensors()); ++t) {
+        TensorDesc& d = g.tensor(t).desc;
+        if (is_float(d.dtype) && !f32.count(t)) d.dtype = dtype;
+    }
+    return g;
+}
+
+// ---- running a graph on a backend ------------------------------------------------------------------------
+using Values = std::vector<std::vector<double>>;  // per tensor, in storage order
+
+double decode(DType t, const std::byte* p, size_t i) {
+    switch (t) {
+        case DType::F32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
+        case DType::BF16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); return bf16_to_f32(v); }
+        case DType::I32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+        case DType::U8: return double(uint8_t(p[i]));
+        case DType::F16:
+#if defined(__FLT16_MANT_DIG__)
+        { _Float16 v; std::memcpy(&v, p + 2 * i, 2); return double(v); }
+#endif
+        default: break;
+    }
+    throw InternalError("cannot decode this dtype");
+}
+void encode(DType t, std::byte* p, size_t i, double v) {
+    switch (t) {
+        case DType::F32: { const float f = float(v); std::memcpy(p + 4 * i, &f, 4); return; }
+        case DType::BF16: { const uint16_t h = f32_to_bf16(float(v)); std::memcpy(p + 2 * i, &h, 2); return; }
+        case DType::I32: { const int32_t x = int32_t(v); std::memcpy(p + 4 * i, &x, 4); return; }
+        case DType::U8: p[i] = std::byte(uint8_t(v)); return;
+#if defined(__FLT16_MANT_DIG__)
+        case DType::F16: { const _Float16 h = _Float16(v); std::memcpy(p + 2 * i, &h, 2); return; }
+#endif
+        default: throw InternalError("cannot encode this dtype");
+    }
+}
+// The value a tensor of dtype t holds for v.
+double representable(DType t, double v) { return t == DType::BF16 ? round_to_bf16(float(v)) : t == DType::F32 ? double(float(v)) : v; }
+
+// Every tensor's value before the run: inputs from their Fill, outputs pre-filled too (so an output a
+// backend leaves untouched compares equal only if every backend leaves it untouched).
+Values initial_values(const Graph& g, const Fills& fills, const std::string& seed_text) {
+    Values v(g.num_tensors());
+    const uint64_t seed = std::hash<std::string>{}(seed_text);
+    for (TensorId t = 0; t < TensorId(g.num_tensors()); ++t) {
+        const TensorDesc& d = g.tensor(t).desc;
+        std::mt19937_64 rng(seed + uint64_t(t) * 7919);
+        auto it = fills.find(t);
+        const Fill f = it != fills.end() ? it->second : Fill{};
+        auto& out = v[size_t(t)];
+        out.resize(size_t(d.numel()));
+        for (double& x : out) {
+            if (!is_float(d.dtype)) {
+                x = f.limit > 0 ? double(std::uniform_int_distribution<int64_t>(0, f.limit - 1)(rng)) : 0.0;
+                continue;
+            }
+            for (int tries = 0; tries < 100; ++tries) {
+                x = std::uniform_real_distribution<double>(f.lo, f.hi)(rng);
+                x = representable(d.dtype, f.step > 0 ? std::round(x / f.step) * f.step : x);
+                bool near = false;
+                for (double a : f.avoid) near = near || std::abs(x - a) < 0.05;
+                if (!near) break;
+            }
+        }
+    }
+    return v;
+}
+
+struct Buffers {
+    const Graph& g;
+    std::vector<std::shared_ptr<std::byte>> bufs;
+    Buffers(const Graph& graph, const Values& init) : g(graph) {
+        for (TensorId t = 0; t < TensorId(g.num_tensors()); ++t) {
+            const TensorDesc& d = g.tensor(t).desc;
+            const size_t bytes = (d.bytes() + 63) / 64 * 64;
+            bufs.emplace_back(static_cast<std::byte*>(std::aligned_alloc(64, bytes)), std::free);
+            for (size_t i = 0; i < size_t(d.numel()); ++i) encode(d.dtype, bufs.back().get(), i, init[size_t(t)][i]);
+        }
+    }
+    std::vector<void*> ptrs(const std::vector<TensorId>& ts) const {
+        std::vector<void*> p;
+        for (TensorId t : ts) p.push_back(bufs[size_t(t)].get());
+        return p;
+    }
+    std::unique_ptr<Kernel> prepare(Backend& b, NodeId n) const { return b.prepare(g, n, ptrs(g.node(n).inputs), ptrs(g.node(n).outputs)); }
+    Values values() const {
+        Values v(g.num_tensors());
+        for (TensorId t = 0; t < TensorId(g.num_tensors()); ++t) {
+            const TensorDesc& d = g.tensor(t).desc;
+            for (size_t i = 0; i < size_t(d.numel()); ++i) v[size_t(t)].push_back(decode(d.dtype, bufs[size_t(t)].get(), i));
+        }
+        return v;
+    }
+};
+
+// Transfers are supported by their destination device only: point them at the backend under test.
+Graph for_device(Graph g, const Backend& b) {
+    for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n)
+        if (g.node(n).kind == OpKind::Transfer) g.node(n).attrs = TransferAttrs{b.device() == "elsewhere" ? "other" : "elsewhere", b.device()};
+    return g;
+}
+
+// Runs every node of g on b, `runs` times in order; nullopt (and why) when b does not support a node.
+std::optional<Values> run_on(Backend& b, const Graph& graph, const Values& init, const Case& c, std::string& why) {
+    const Graph g = for_device(graph, b);
+    for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n)
+        if (Support s = b.supports(g, n); !s.ok) {
+            why = g.node(n).name + ": " + s.reason;
+            return std::nullopt;
+        }
+    Buffers r(g, init);
+    std::vector<std::unique_ptr<Kernel>> ks;
+    for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) ks.push_back(r.prepare(b, n));
+    for (int i = 0; i < c.runs; ++i)
+        for (auto& k : ks) k->run({.training = c.training});
+    return r.values();
+}
+
+// ---- comparing ------------------------------------------------------------------------------------------
+struct Tolerance {
+    double rtol, atol;
+    bool exact;
+};
+Tolerance tolerance(DType dtype, const Case& c, bool exact) {
+    if (dtype == DType::BF16) return {2e-2, 1e-2 * c.tol, exact};
+    return {1e-4 * c.tol, 1e-5 * c.tol, exact};
+}
+
+// Every tensor of g: index tensors and exact cases equal, float tensors within |got - want| <= atol *
+// max(1, max |want|) + rtol |want|.
+void expect_close(const Graph& g, const Values& want, const Values& got, Tolerance tol, const std::string& what) {
+    for (TensorId t = 0; t < TensorId(g.num_tensors()); ++t) {
+        const auto &w = want[size_t(t)], &x = got[size_t(t)];
+        const bool exact = tol.exact || !is_float(g.tensor(t).desc.dtype);
+        double scale = 1;
+        for (double v : w) scale = std::max(scale, std::abs(v));
+        size_t bad = 0, first = 0;
+        double first_limit = 0;
+        for (size_t i = 0; i < w.size(); ++i) {
+            const double limit = exact ? 0.0 : tol.atol * scale + tol.rtol * std::abs(w[i]);
+            const bool ok = exact ? (w[i] == x[i] || (std::isnan(w[i]) && std::isnan(x[i]))) : std::abs(w[i] - x[i]) <= limit;
+            if (!ok && bad++ == 0) first = i, first_limit = limit;
+        }
+        EXPECT_EQ(bad, 0u) << what << ": tensor '" << g.tensor(t).name << "' " << desc_str(g.tensor(t).desc) << " differs in " << bad << " of "
+                           << w.size() << " elements; first at storage index " << first << ": want " << (bad ? w[first] : 0.0) << ", got "
+                           << (bad ? x[first] : 0.0) << " (allowed " << first_limit << ")";
+    }
+}
+
+// ---- the tests -------------------------------------------------------------------------------------------
+struct Variant {
+    size_t index;
+    DType dtype;
+};
+void PrintTo(const Variant& v, std::ostream* os) { *os << cases()[v.index].name << " in " << dtype_name(v.dtype); }
+std::vector<Variant> variants() {
+    std::vector<Variant> v;
+    for (size_t i = 0; i < cases().size(); ++i) {
+        if (!cases()[i].keep_f32_outputs) v.push_back({i, DType::F32});  // kept-f32 outputs: a bf16-only variant
+        if (cases()[i].bf16) v.push_back({i, DType::BF16});
+    }
+    return v;
+}
+
+class BackendOps : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(BackendOps, MatchReference) {
+    const Case& c = cases()[GetParam().index];
+    const DType dtype = GetParam().dtype;
+    Fills fills;
+    const Graph g = build(c, dtype, fills);
+    const Values init = initial_values(g, fills, c.name);
+    ReferenceBackend ref;
+    std::string why;
+    const std::optional<Values> want = run_on(ref, g, init, c, why);
+    ASSERT_TRUE(want) << "the reference does not support " << why;
+    if (dtype == DType::BF16) {  // the bf16 loops track the f32 loops on the same (bf16-representable) inputs
+        Fills f32_fills;
+        const std::optional<Values> f32 = run_on(ref, build(c, DType::F32, f32_fills), init, c, why);
+        ASSERT_TRUE(f32) << why;
+        expect_close(g, *f32, *want, tolerance(DType::BF16, c, false), "reference bf16 vs reference f32");
+    }
+    std::vector<std::string> skipped;
+    for (const BackendFactory& f : backends_under_test()) {
+        std::unique_ptr<Backend> b = f.make();
+        const std::optional<Values> got = run_on(*b, g, init, c, why);
+        if (!got) {
+            if (dtype == DType::F32) ADD_FAILURE() << f.name << " does not support " << why;
+            else skipped.push_back(f.name + " (" + why + ")");
+            continue;
+        }
+        expect_close(g, *want, *got, tolerance(dtype, c, c.exact), f.name + " vs reference");
+    }
+    if (!skipped.empty()) {
+        std::string s;
+        for (const auto& x : skipped) s += " " + x;
+        GTEST_SKIP() << "bf16 not supported here by:" << s << " (the reference's bf16 was checked against its f32)";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::ValuesIn(variants()), [](const ::testing::TestParamInfo<Variant>& i) {
+    return cases()[i.param.index].name + "_" + dtype_name(i.param.dtype);
+});
+
+TEST(BackendOpsCatalogue, EveryOpKindHasACase) {
+    std::set<OpKind> covered;
+    ReferenceBackend ref;
+    for (const Case& c : cases()) {
+        Fills f;
+        const Graph g = build(c, DType::F32, f);
+        for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) {
+            const OpKind k = g.node(n).kind;
+            covered.insert(k);
+            if (!c.bf16 && g.num_nodes() == 1 && k != OpKind::Cast && k != OpKind::Transfer) {
+                EXPECT_FALSE(supports_in(ref, g, n, DType::BF16)) << c.name << " runs in f32 only, but the reference supports "
+                                                                  << op_name(k) << " in bf16: run the case in bf16 too";
+            }
+        }
+    }
+    for (size_t k = 0; k < size_t(OpKind::Count); ++k)
+        EXPECT_TRUE(covered.count(OpKind(k))) << op_name(OpKind(k)) << " has no case in tests/test_backend_ops.cpp";
+}
+
+// The arg-max is an explicit tensor, so max pooling's forward and backward may run on different devices.
+TEST(BackendOpsMixed, MaxPoolBackwardReadsAnotherDevicesArgmax) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+        Case c = cases().front();
+        for (const Case& x : cases())
+            if (x.name == "MaxPool2dBackward_3x3s2p1_nhwc") c = x;
+        Fills fills;
+        const Graph g = build(c, dtype, fills);
+        ASSERT_EQ(g.num_nodes(), 2u);
+        const Values init = initial_values(g, fills, c.name);
+        ReferenceBackend ref;
+        Buffers on_ref(g, init);
+        on_ref.prepare(ref, 0)->run({});
+        on_ref.prepare(ref, 1)->run({});
+        for (const BackendFactory& f : backends_under_test()) {
+            std::unique_ptr<Backend> b = f.make();
+            if (!b->supports(g, 1).ok) {
+                EXPECT_EQ(dtype, DType::BF16) << f.name << ": " << b->supports(g, 1).reason;
+                continue;
+            }
+            Buffers mixed(g, init);
+            mixed.prepare(ref, 0)->run({});  // Y and arg-max from the reference
+            mixed.prepare(*b, 1)->run({});   // dX on the backend under test
+            expect_close(g, on_ref.values(), mixed.values(), tolerance(dtype, c, false), f.name + " backward on the reference's arg-max");
+        }
+    }
+}
+
+// A one-node graph: Relu, or the op `k`, with its operands in the given dtypes.
+TEST(BackendOpsSupports, RejectsWithReasons) {
+    std::vector<std::unique_ptr<Backend>> all;
+    all.push_back(std::make_unique<ReferenceBackend>());
+    for (const BackendFactory& f : backends_under_test()) all.push_back(f.make());
+    for (auto& b : all) {
+        SCOPED_TRACE(b->device());
+        {  // f16 compute
+            Graph g;
+            const TensorId x = g.input("x", {{3, 4}, DType::F16, Layout::Plain});
+            g.add1(OpKind::Relu, NoAttrs{}, {x}, "relu16");
+            g.node(0).compute = DType::F16;
+            const Support s = b->supports(g, 0);
+            EXPECT_FALSE(s.ok);
+            EXPECT_NE(s.reason.find("f16"), std::string::npos) << s.reason;
+            try {
+                Buffers r(g, initial_values(g, {}, "f16"));
+                r.prepare(*b, 0);
+                ADD_FAILURE() << "prepare accepted an unsupported node";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find("relu16"), std::string::npos) << e.what();
+            }
+        }
+        {  // the loss in bf16
+            Graph g;
+            g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{},
+                  {g.input("logits", {{4, 3}, DType::BF16, Layout::Plain}), g.input("labels", {{4}, DType::I32, Layout::Plain})}, "loss");
+            g.node(0).compute = DType::BF16;
+            g.tensor(g.node(0).outputs[1]).desc.dtype = DType::BF16;
+            const Support s = b->supports(g, 0);
+            EXPECT_FALSE(s.ok);
+            EXPECT_FALSE(s.reason.empty());
+        }
+        {  // a bf16 node reading an f32 tensor: the plan must insert a Cast
+            Graph g;
+            g.add1(OpKind::Relu, NoAttrs{}, {g.input("x", plain({3, 4}))}, "relu");
+            g.node(0).compute = DType::BF16;
+            g.tensor(g.node(0).outputs[0]).desc.dtype = DType::BF16;
+            const Support s = b->supports(g, 0);
+            EXPECT_FALSE(s.ok);
+            EXPECT_NE(s.reason.find("Cast"), std::string::npos) << s.reason;
+        }
+        {  // a transfer to another device
+            Graph g;
+            g.add1(OpKind::Transfer, TransferAttrs{b->device(), "elsewhere"}, {g.input("x", plain({3}))}, "xfer");
+            EXPECT_FALSE(b->supports(g, 0).ok);
+        }
+    }
+}
+
+// Derivatives at the kinks follow PyTorch: relu'(0) = 0, relu6'(0) = relu6'(6) = 0. (The cases above
+// keep activation inputs away from the kinks, where oneDNN's eltwise_clip has relu6'(6) = 1.)
+TEST(BackendOpsReference, KinkDerivativesFollowPyTorch) {
+    for (const OpKind k : {OpKind::ReluBackward, OpKind::Relu6Backward}) {
+        Graph g;
+        g.add(k, NoAttrs{}, {g.input("dy", plain({4})), g.input("x", plain({4}))}, "bwd", Phase::Backward);
+        Values init = initial_values(g, {}, "kinks");
+        init[0] = {1, 1, 1, 1};
+        init[1] = {0, 6, 3, -1};
+        ReferenceBackend ref;
+        Buffers r(g, init);
+        r.prepare(ref, 0)->run({});
+        const std::vector<double> want = k == OpKind::ReluBackward ? std::vector<double>{0, 1, 1, 0} : std::vector<double>{0, 0, 1, 0};
+        EXPECT_EQ(r.values()[2], want) << op_name(k);
+    }
+}
+
+TEST(BackendOpsReference, OutOfRangeLabelIsAnError) {
+    Graph g;
+    g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{}, {g.input("logits", plain({2, 3})), g.input("labels", {{2}, DType::I32, Layout::Plain})}, "loss");
+    Values init = initial_values(g, {}, "labels");
+    init[1] = {1, 3};
+    ReferenceBackend ref;
+    Buffers r(g, init);
+    try {
+        r.prepare(ref, 0)->run({});
+        ADD_FAILURE() << "no error for label 3 of 3 classes";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("label 3"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace joule

@@ -1,0 +1,286 @@
+// plan/: plan files (every error path), the passes (decide, casts, transfers, memory), and training under
+// plans that mix devices and precisions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "backend/registry.hpp"
+#include "data/dataset.hpp"
+#include "plan/passes.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/trainer.hpp"
+#include "test_util.hpp"
+#include "zoo/zoo.hpp"
+
+namespace joule {
+namespace {
+
+using test::expect_error;
+
+struct Net {
+    zoo::Model model;
+    TrainGraph train;
+};
+
+Net build(const std::string& net, int64_t batch, int64_t image_size = 0) {
+    zoo::NetConfig cfg;
+    cfg.batch = batch;
+    cfg.image_size = image_size;
+    cfg.classes = 10;
+    Net n{zoo::build(net, cfg), {}};
+    n.train = build_train_graph(std::move(n.model.graph), n.model.loss, OptimizerConfig::sgd(0.02f, 0.9f));
+    return n;
+}
+
+std::string header(const TrainGraph& tg) { return "version: 1\ngraph: {model: test, fingerprint: \"" + fingerprint(tg) + "\"}\n"; }
+
+// The layers of a graph in order (distinct source names of forward nodes).
+std::vector<std::string> layers(const Graph& g) {
+    std::vector<std::string> out;
+    for (size_t n = 0; n < g.num_nodes(); ++n)
+        if (g.node(NodeId(n)).phase == Phase::Forward && g.node(NodeId(n)).source == NodeId(n)) out.push_back(g.node(NodeId(n)).name);
+    return out;
+}
+
+TEST(PlanFile, RoundTripsAndMatchesLayersByGlobFirstMatchWins) {
+    Net n = build("lenet5", 2);
+    const Plan p = parse_plan(header(n.train) +
+                                  "default: {device: cpu, dtype: f32}\n"
+                                  "entries:\n"
+                                  "  - {layer: \"conv1\", device: reference}\n"
+                                  "  - {layer: \"conv*\", dtype: bf16}\n"
+                                  "  - {node: \"conv1.bwd_weights\", device: cpu}\n"
+                                  "storage:\n"
+                                  "  - {tensor: \"conv1\", dtype: f32}\n"
+                                  "devices:\n"
+                                  "  cpu: {power_limit_w: 100}\n",
+                              "p.yaml");
+    const Plan q = parse_plan(plan_to_yaml(p), "again");
+    EXPECT_EQ(q.fingerprint, p.fingerprint);
+    ASSERT_EQ(q.entries.size(), 3u);
+    EXPECT_EQ(q.entries[1].pattern, "conv*");
+    EXPECT_EQ(*q.entries[1].dtype, DType::BF16);
+    EXPECT_EQ(q.storage.size(), 1u);
+    EXPECT_DOUBLE_EQ(*q.devices.at("cpu").power_limit_w, 100);
+    std::vector<std::string> origin;
+    const TrainGraph d = decide(n.train, p, &origin, nullptr);
+    for (size_t k = 0; k < d.graph.num_nodes(); ++k) {
+        const Node& node = d.graph.node(NodeId(k));
+        const std::string& layer = layer_of(d.graph, NodeId(k));
+        if (node.name == "conv1.bwd_weights") {
+            EXPECT_EQ(node.device, "cpu");
+            EXPECT_EQ(origin[k], "p.yaml:7");
+        } else if (layer == "conv1") {
+            EXPECT_EQ(node.device, "reference") << node.name;  // first match wins: conv1's entry, f32
+            EXPECT_EQ(node.compute, DType::F32) << node.name;
+        } else if (layer.rfind("conv", 0) == 0) {
+            EXPECT_EQ(node.device, "cpu");
+            EXPECT_EQ(node.compute, f32_only_op(node.kind) ? DType::F32 : DType::BF16) << node.name;  // updates stay f32
+        }
+    }
+}
+
+TEST(PlanFile, EveryBadPlanIsAClearErrorNamingWhere) {
+    Net n = build("lenet5", 2);
+    const std::string h = header(n.train);
+    auto lowered = [&](const std::string& text) { return [&, text] { lower(n.train, parse_plan(text, "bad.yaml")); }; };
+    expect_error(lowered("version: 1\ngraph: {fingerprint: \"0000000000000000\"}\n"), "made for another graph");
+    expect_error(lowered("graph: {fingerprint: x}\n"), "version");
+    expect_error(lowered("version: 2\ngraph: {fingerprint: x}\n"), "version");
+    expect_error(lowered("version: 1\n"), "missing 'graph'");
+    expect_error(lowered("version: 1\ngraph: {model: x}\n"), "fingerprint");
+    expect_error(lowered("version: 1\ngraph: {fingerprint: x\n"), "bad.yaml:");
+    expect_error(lowered("- 1\n- 2\n"), "must be a YAML map");
+    expect_error(lowered(h + "colour: red\n"), "unknown key 'colour'");
+    expect_error(lowered(h + "entries:\n  - {layer: a, node: b, device: cpu}\n"), "bad.yaml:4: an entry names either");
+    expect_error(lowered(h + "entries:\n  - {layer: conv1}\n"), "sets nothing");
+    expect_error(lowered(h + "entries:\n  - {layer: conv1, dtype: f64}\n"), "unknown dtype 'f64'");
+    expect_error(lowered(h + "entries:\n  - {layer: conv1, device: tpu}\n"), "bad.yaml:4: unknown device 'tpu'");
+    expect_error(lowered(h + "entries:\n  - {layer: conv1, device: \"cpu:\"}\n"), "backend[:spec]");
+    expect_error(lowered(h + "entries:\n  - {node: conv9, device: cpu}\n"), "bad.yaml:4: no node is named 'conv9'");
+    expect_error(lowered(h + "entries:\n  - {layer: \"nope*\", device: cpu}\n"), "matches no layer");
+    expect_error(lowered(h + "entries:\n  - {node: \"conv1.weight.sgd\", dtype: bf16}\n"), "computes in f32 only");
+    expect_error(lowered(h + "storage:\n  - {tensor: zzz, dtype: bf16}\n"), "no tensor is named 'zzz'");
+    expect_error(lowered(h + "storage:\n  - {tensor: conv1.weight, dtype: bf16}\n"), "master copy");
+    expect_error(lowered(h + "devices:\n  cpu: {power_limit_w: -3}\n"), "positive");
+    expect_error(lowered(h + "default: {device: cpu, dtype: bf16, speed: 2}\n"), "unknown key 'speed'");
+    expect_error([] { read_plan_file("/nonexistent/plan.yaml"); }, "no such plan file");
+    expect_error([] { read_plan_file("/tmp"); }, "no such plan file");
+}
+
+TEST(PlanFile, DevicesThatCannotRunHereOrOpsTheyLackAreErrorsNamingTheEntry) {
+    Net n = build("lenet5", 2);
+    BackendSet backends({.threads = 1});
+    // a known device this build cannot run: the plan lowers (it can be analysed) but not train
+    const LoweredGraph gpu = lower(n.train, parse_plan(header(n.train) + "entries:\n  - {layer: fc1, device: \"cuda:v100\"}\n", "gpu.yaml"));
+    expect_error([&] { Executor ex(gpu, backends); }, "gpu.yaml:4");
+    expect_error([&] { Executor ex(gpu, backends); }, "cuda:v100");
+    expect_error([&] { Executor ex(gpu, backends); }, "cannot run here");
+    // a dtype the device lacks for that op: f16 on the cpu
+    const LoweredGraph f16 = lower(n.train, parse_plan(header(n.train) + "entries:\n  - {layer: conv1, dtype: f16}\n", "f16.yaml"));
+    expect_error([&] { Executor ex(f16, backends); }, "f16.yaml:4: node 'conv1'");
+    expect_error([&] { Executor ex(f16, backends); }, "cpu computes in f32 or bf16");
+}
+
+TEST(Passes, OneCastPerTensorAndDtypeSharedByAllConsumers) {
+    Net n = build("resnet18", 2, 32);
+    BackendSet backends({.threads = 1});
+    for (PrecisionScope scope : {PrecisionScope::Gemm, PrecisionScope::All}) {
+        const Plan plan = precision_plan(n.train, DType::BF16, scope, backends.get("cpu"));
+        const LoweredGraph lg = lower(n.train, plan);
+        const Graph& g = lg.train.graph;
+        std::set<std::pair<TensorId, DType>> boundaries;  // (tensor, dtype) pairs some consumer needs converted
+        std::set<std::string> names;
+        size_t casts = 0;
+        for (size_t k = 0; k < g.num_nodes(); ++k) {
+            const Node& node = g.node(NodeId(k));
+            EXPECT_TRUE(check_dtypes(g, NodeId(k), node.kind == OpKind::ConvBackwardWeights || node.kind == OpKind::LinearBackwardWeights).ok) << node.name;
+            for (TensorId t : node.inputs) {
+                const NodeId p = g.tensor(t).producer;
+                if (p != kNone && g.node(p).kind == OpKind::Cast) boundaries.insert({g.node(p).inputs[0], g.tensor(t).desc.dtype});
+            }
+            if (node.kind != OpKind::Cast) continue;
+            ++casts;
+            EXPECT_TRUE(names.insert(node.name).second) << "duplicate cast " << node.name;
+            EXPECT_NE(g.tensor(node.inputs[0]).desc.dtype, g.tensor(node.outputs[0]).desc.dtype) << node.name;
+        }
+        EXPECT_EQ(casts, lg.casts);
+        EXPECT_EQ(casts, boundaries.size()) << "every cast is needed, none duplicated";
+        EXPECT_GT(casts, 0u);
+        // weights: one cast each, shared by the forward GEMM and the backward-data GEMM
+        const auto w = g.find_tensor("cast:layer1.0.conv1.weight:bf16");
+        ASSERT_TRUE(w.has_value());
+        EXPECT_EQ(g.consumers(*w).size(), 2u);
+    }
+    // gemm scope on ResNet-18: per conv / linear layer a weight cast, an input cast and its gradient's casts
+    const LoweredGraph gemm = lower(n.train, precision_plan(n.train, DType::BF16, PrecisionScope::Gemm, backends.get("cpu")));
+    const LoweredGraph all = lower(n.train, precision_plan(n.train, DType::BF16, PrecisionScope::All, backends.get("cpu")));
+    // 21 weights + 18 GEMM inputs (3 downsample convs share their block's) + 21 outputs + 21 output gradients + 20 input gradients
+    EXPECT_EQ(gemm.casts, 101u);
+    EXPECT_LT(all.casts, gemm.casts / 2) << "lowering every op leaves casts only at the weights, the loss and the updates";
+}
+
+TEST(Passes, TransfersOncePerTensorAndDeviceAndDumpAfterEveryPass) {
+    Net n = build("lenet5", 4);
+    std::string text = header(n.train) + "entries:\n";
+    const auto ls = layers(n.train.graph);
+    for (size_t i = 0; i < ls.size(); ++i) text += "  - {layer: \"" + ls[i] + "\", device: " + (i % 2 ? "reference" : "cpu") + "}\n";
+    const LoweredGraph lg = lower(n.train, parse_plan(text, "alt.yaml"));
+    const Graph& g = lg.train.graph;
+    std::set<std::pair<TensorId, std::string>> seen;
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& node = g.node(NodeId(k));
+        if (node.kind != OpKind::Transfer) {
+            for (TensorId t : node.inputs) EXPECT_EQ(tensor_device(g, t), node.device) << node.name << " reads " << g.tensor(t).name;
+            continue;
+        }
+        const auto& a = attrs_as<TransferAttrs>(node);
+        EXPECT_EQ(a.to, node.device);
+        EXPECT_NE(a.from, a.to);
+        EXPECT_TRUE(seen.insert({node.inputs[0], a.to}).second) << "duplicate " << node.name;
+    }
+    EXPECT_EQ(seen.size(), lg.transfers);
+    EXPECT_GT(lg.transfers, 10u);
+    for (const std::string& pass : kPassNames) {
+        std::ostringstream os;
+        LowerOptions o;
+        o.dump_after = pass;
+        o.dump = &os;
+        lower(n.train, parse_plan(text, "alt.yaml"), o);
+        EXPECT_NE(os.str().find("after pass '" + pass + "'"), std::string::npos) << os.str().substr(0, 200);
+        if (pass == "decide") {
+            EXPECT_EQ(os.str().find("transfer:"), std::string::npos);
+        }
+        if (pass == "transfers") {
+            EXPECT_NE(os.str().find("Transfer @reference"), std::string::npos);
+        }
+    }
+    expect_error([&] {
+        LowerOptions o;
+        o.dump_after = "fusion";
+        lower(n.train, Plan{}, o);
+    }, "unknown pass 'fusion'");
+}
+
+// The same batches, two plans: all on the cpu, and layers alternating between the cpu and the reference
+// backend (forward and backward of a layer on one device, transfers between). Losses agree step by step.
+TEST(Passes, AlternatingCpuAndReferenceTrainsLikeAllCpu) {
+    const int steps = 50;
+    std::vector<float> losses[2];
+    std::vector<double> transfer_seconds(2, 0);
+    for (int alt = 0; alt < 2; ++alt) {
+        Net n = build("lenet5", 8);
+        std::string text = header(n.train) + "entries:\n";
+        const auto ls = layers(n.train.graph);
+        for (size_t i = 0; i < ls.size(); ++i) text += "  - {layer: \"" + ls[i] + "\", device: " + (alt && i % 2 ? "reference" : "cpu") + "}\n";
+        LowerOptions lo;
+        lo.keep = {n.model.logits, n.model.loss};
+        const LoweredGraph lg = lower(std::move(n.train), parse_plan(text, "alt.yaml"), lo);
+        EXPECT_EQ(lg.transfers > 0, alt == 1);
+        BackendSet backends({.threads = 2});
+        ExecutorOptions eo;
+        eo.seed = 5;
+        Executor ex(lg, backends, eo);
+        EXPECT_EQ(ex.devices().size(), alt ? 2u : 1u);
+        data::SyntheticData synth(9);
+        for (int s = 0; s < steps; ++s) {
+            fill_synthetic(ex, n.model, synth);
+            ex.run_all();
+            losses[alt].push_back(ex.f32(lg.train.loss)[0]);
+        }
+        for (size_t k = 0; k < lg.train.graph.num_nodes(); ++k)
+            if (lg.train.graph.node(NodeId(k)).kind == OpKind::Transfer) {
+                EXPECT_EQ(ex.node_runs()[k], steps);
+                transfer_seconds[size_t(alt)] += ex.node_seconds()[k];
+                EXPECT_FALSE(ex.node_modelled()[k]) << "both devices really run here: the copy is measured";
+            }
+    }
+    EXPECT_GT(transfer_seconds[1], 0);
+    for (int s = 0; s < steps; ++s) EXPECT_NEAR(losses[1][size_t(s)], losses[0][size_t(s)], 2e-3 * std::fabs(losses[0][size_t(s)])) << "step " << s;
+    EXPECT_LT(losses[0].back(), losses[0].front());
+}
+
+TEST(Passes, DropoutMasksDoNotDependOnInsertedNodes) {
+    // The same dropout node, once after a cast (bf16 linear before it) and once without: same mask.
+    std::vector<float> masks[2];
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+        Graph g;
+        const TensorId x = g.parameter("x", {{4, 16}}, Init::normal(1));
+        const TensorId h = g.add1(OpKind::Linear, LinearAttrs{false}, {x, g.parameter("w", {{16, 16}}, Init::normal(0.3f))}, "fc");
+        const auto d = g.add(OpKind::Dropout, DropoutAttrs{0.5f, 3}, {h}, "drop");
+        TrainGraph tg;
+        tg.graph = std::move(g);
+        BackendSet backends({.threads = 1});
+        const Plan plan = precision_plan(tg, bf16 ? DType::BF16 : DType::F32, PrecisionScope::Gemm, backends.get("cpu"));
+        LowerOptions lo;
+        lo.keep = {d[1]};
+        const LoweredGraph lg = lower(std::move(tg), plan, lo);
+        EXPECT_EQ(lg.casts > 0, bf16 == 1);
+        Executor ex(lg, backends);
+        ex.run_all();
+        masks[bf16] = ex.read_f32(d[1]);
+    }
+    EXPECT_EQ(masks[0], masks[1]);
+}
+
+// bf16 storage trains LeNet-5 for an epoch on Fashion-MNIST to within a point of f32 (same seed).
+TEST(Passes, Bf16PlanTrainsLeNetAsWellAsF32) {
+    TrainOptions o;
+    o.threads = 2;
+    const TrainResult f32 = train(o);
+    o.dtype = DType::BF16;
+    o.scope = PrecisionScope::All;
+    const TrainResult bf16 = train(o);
+    EXPECT_GT(f32.test_accuracy, 0.8);
+    EXPECT_NEAR(bf16.test_accuracy, f32.test_accuracy, 0.01);
+    EXPECT_GT(bf16.casts, 0);
+    EXPECT_EQ(bf16.transfers, 0);
+    EXPECT_LT(bf16.buffer_bytes, f32.buffer_bytes) << "bf16 tensors take half the bytes";
+}
+
+}  // namespace
+}  // namespace joule
