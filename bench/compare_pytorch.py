@@ -27,14 +27,17 @@ CONFIGS = [
 ]
 
 
-def torch_step_seconds(make_model, make_input, batch, classes, steps, warmup):
+def torch_step_seconds(make_model, make_input, batch, classes, steps, warmup, bf16=False):
+    """Mean wall time of an SGD-momentum step; bf16: under CPU autocast (PyTorch's mixed precision)."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = make_input(batch), torch.randint(0, classes, (batch,))
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
 
     for _ in range(warmup):

@@ -1,5 +1,6 @@
 """The benchmark nets written in PyTorch 1.13 (no torchvision on Debian 12's python3-torch), with the same
-architectures as joule's zoo: LeNet-5 (ReLU, max-pool), ResNet-18 (torchvision v1.5 layout) and a BERT encoder."""
+architectures as joule's zoo: LeNet-5 (ReLU, max-pool), ResNet-18 (torchvision v1.5 layout), MobileNetV2 (torchvision's
+layout, width 1.0) and a BERT encoder."""
 import math
 
 import torch
@@ -55,6 +56,40 @@ class ResNet18(nn.Module):
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
         x = self.layers(x)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def conv_bn_act(inp, out, k, stride, groups, act):
+    layers = [nn.Conv2d(inp, out, k, stride, (k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(out)]
+    return nn.Sequential(*(layers + [nn.ReLU6()] if act else layers))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inp, out, stride, t):
+        super().__init__()
+        hidden = inp * t
+        layers = [conv_bn_act(inp, hidden, 1, 1, 1, True)] if t != 1 else []
+        layers += [conv_bn_act(hidden, hidden, 3, stride, hidden, True), conv_bn_act(hidden, out, 1, 1, 1, False)]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and inp == out
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        layers, inp = [conv_bn_act(3, 32, 3, 2, 1, True)], 32
+        for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+            for i in range(n):
+                layers.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
+                inp = c
+        layers.append(conv_bn_act(inp, 1280, 1, 1, 1, True))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
 class Bert(nn.Module):

@@ -29,6 +29,24 @@ Support check_dtypes(const Graph& g, NodeId id, OperandMask f32_allowed) {
     return {};
 }
 
+Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, const std::string& backend) {
+    const Node& n = g.node(id);
+    if (n.kind == OpKind::Transfer) {
+        const auto& t = attrs_as<TransferAttrs>(n);
+        if (t.to != device) return {false, "a transfer runs on its destination device, '" + t.to + "'"};
+        return {};  // host backends keep their tensors in host memory
+    }
+    if (n.kind == OpKind::Cast) return {};
+    if (n.compute != DType::F32 && n.compute != DType::BF16)
+        return {false, backend + " computes in f32 or bf16, not " + dtype_name(n.compute)};
+    if (n.compute == DType::F32) return {};
+    if (f32_only_op(n.kind))
+        return {false, op_info(n.kind).category == OpCategory::Loss ? "the loss is computed in f32 (log-sum-exp needs the range)"
+                                                                    : "optimizer updates run on f32 master weights"};
+    if (n.kind == OpKind::Embedding || n.kind == OpKind::EmbeddingBackward) return {false, "embedding gathers and scatter-adds run on the f32 table"};
+    return {};
+}
+
 bool supports_in(const Backend& backend, const Graph& g, NodeId id, DType dtype) {
     // A one-node view with the node's float operands in `dtype` (its f32 operands stay f32).
     Graph view = g.tensors_only();

@@ -62,6 +62,12 @@ public:
 // f32 directly, e.g. weight gradients of a bf16 GEMM).
 Support check_dtypes(const Graph& g, NodeId n, OperandMask f32_allowed = 0);
 
+// What every host backend that computes in f32 and bf16 (cpu, reference) answers alike: a transfer runs
+// on its destination device, a cast converts between any floating-point dtypes, other nodes compute in
+// f32 or bf16, loss and updates in f32 (f32_only_op), embeddings on the f32 table; ok means "no objection
+// so far": the backend adds its own checks and then check_dtypes().
+Support f32_bf16_support(const Graph& g, NodeId n, const std::string& device, const std::string& backend);
+
 // Whether `backend` can run node n of g in `dtype` (asks supports() with Node::compute set to it and
 // the node's floating-point operands stored as that compute dtype would store them).
 bool supports_in(const Backend& backend, const Graph& g, NodeId n, DType dtype);

@@ -159,6 +159,9 @@ struct OpInfo {
 const OpInfo& op_info(OpKind k);
 const char* op_name(OpKind k);
 inline bool has_bit(OperandMask m, size_t i) { return i < 8 && (m >> i) & 1u; }
+// The loss and optimizer updates compute in f32 by definition (log-sum-exp needs the range; f32 master
+// weights and optimizer state), whatever a plan says for their layer.
+inline bool f32_only_op(OpKind k) { return op_info(k).category == OpCategory::Loss || op_info(k).category == OpCategory::Update; }
 
 struct Node;
 // Dropout's random stream: a hash of its seed attribute and the node's name (stable across passes).

@@ -12,11 +12,6 @@
 
 namespace joule {
 
-bool f32_only_op(OpKind k) {
-    const OpCategory c = op_info(k).category;
-    return c == OpCategory::Loss || c == OpCategory::Update;
-}
-
 std::string fingerprint(const TrainGraph& tg) {
     uint64_t h = 0xcbf29ce484222325ULL;
     auto mix = [&](const std::string& s) {

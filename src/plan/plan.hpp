@@ -29,9 +29,6 @@
 
 namespace joule {
 
-// Loss and optimizer updates: computed in f32 by definition.
-bool f32_only_op(OpKind k);
-
 struct PlanEntry {
     enum class Match : uint8_t { Layer, Node } match = Match::Layer;
     std::string pattern;                 // glob over layer names (* ?), or an exact node name

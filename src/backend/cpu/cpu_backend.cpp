@@ -110,24 +110,8 @@ CpuBackend::CpuBackend(int threads, std::string device) : device_(std::move(devi
 
 Support CpuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
-    if (n.kind == OpKind::Transfer) {
-        const auto& t = attrs_as<TransferAttrs>(n);
-        if (t.to != device_) return {false, "a transfer runs on its destination device, '" + t.to + "'"};
-        return {};  // every device that really runs here keeps its tensors in host memory
-    }
-    if (n.kind == OpKind::Cast) return {};  // oneDNN reorders convert between any two of f32, bf16, f16
-    if (n.compute != DType::F32 && n.compute != DType::BF16)
-        return {false, std::string("cpu computes in f32 or bf16, not ") + dtype_name(n.compute)};
+    if (Support s = f32_bf16_support(g, id, device_, "cpu"); !s.ok || n.kind == OpKind::Transfer || n.kind == OpKind::Cast) return s;
     if (n.compute == DType::BF16) {
-        switch (n.kind) {
-            case OpKind::SoftmaxCrossEntropy: case OpKind::SoftmaxCrossEntropyBackward:
-                return {false, "the loss is computed in f32 (log-sum-exp needs the range)"};
-            case OpKind::SgdUpdate: case OpKind::AdamUpdate:
-                return {false, "optimizer updates run on f32 master weights"};
-            case OpKind::Embedding: case OpKind::EmbeddingBackward:
-                return {false, "embedding gathers and scatter-adds run on the f32 table"};
-            default: break;
-        }
         // oneDNN runs bf16 natively with avx512_bf16 and emulates it on plain avx512_core.
         const unsigned need = unsigned(dnnl::cpu_isa::avx512_core);
         if ((unsigned(dnnl::get_effective_cpu_isa()) & need) != need)

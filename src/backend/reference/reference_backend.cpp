@@ -101,25 +101,7 @@ Support ReferenceBackend::supports(const Graph& g, NodeId id) const {
         if (!reference::storage_supported(g.tensor(t).desc.dtype)) return {false, "this build of the reference has no f16 storage"};
     for (TensorId t : n.outputs)
         if (!reference::storage_supported(g.tensor(t).desc.dtype)) return {false, "this build of the reference has no f16 storage"};
-    if (n.kind == OpKind::Transfer) {
-        const auto& t = attrs_as<TransferAttrs>(n);
-        if (t.to != device_) return {false, "a transfer runs on its destination device, '" + t.to + "'"};
-        return {};  // the reference keeps its tensors in host memory
-    }
-    if (n.kind == OpKind::Cast) return {};  // any float dtype to any other
-    if (n.compute != DType::F32 && n.compute != DType::BF16)
-        return {false, std::string("the reference computes in f32 or bf16, not ") + dtype_name(n.compute)};
-    if (n.compute == DType::BF16) {
-        switch (n.kind) {
-            case OpKind::SoftmaxCrossEntropy: case OpKind::SoftmaxCrossEntropyBackward:
-                return {false, "the loss is computed in f32 (log-sum-exp needs the range)"};
-            case OpKind::SgdUpdate: case OpKind::AdamUpdate:
-                return {false, "optimizer updates run on f32 master weights"};
-            case OpKind::Embedding: case OpKind::EmbeddingBackward:
-                return {false, "embedding gathers and scatter-adds run on the f32 table"};
-            default: break;
-        }
-    }
+    if (Support s = f32_bf16_support(g, id, device_, "the reference"); !s.ok || n.kind == OpKind::Transfer || n.kind == OpKind::Cast) return s;
     // bf16 GEMMs may write their weight gradient in f32 directly
     const bool weights_grad = n.kind == OpKind::ConvBackwardWeights || n.kind == OpKind::LinearBackwardWeights;
     return check_dtypes(g, id, weights_grad ? OperandMask(0b1) : OperandMask(0));
