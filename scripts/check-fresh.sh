@@ -4,7 +4,7 @@
 # have it) fails here instead of on a user's first command.
 #   1. a minimal root (debootstrap --variant=minbase bookworm) from the mirror this machine's apt uses,
 #      made once and cached as a tarball (JOULE_FRESH_CACHE, default /var/cache/joule-fresh;
-#      JOULE_FRESH_REBUILD=1 makes it again);
+#      JOULE_FRESH_REBUILD=1 makes it again; JOULE_FRESH_LOG=FILE names the log, default a temp file);
 #   2. a copy unpacked into a temp dir, given this machine's apt sources and resolv.conf;
 #   3. the committed HEAD of this repository cloned into it (uncommitted changes are not tested);
 #   4. the README's commands run there in a chroot, as root, with a clean environment and no stdin.
@@ -15,7 +15,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 suite=bookworm
 cache=${JOULE_FRESH_CACHE:-/var/cache/joule-fresh}
 tarball=$cache/$suite-minbase-$(dpkg --print-architecture).tar.gz
-log=$(mktemp --tmpdir joule-fresh.XXXXXX.log)
+log=${JOULE_FRESH_LOG:-$(mktemp --tmpdir joule-fresh.XXXXXX.log)}   # everything the stages print
 work=$(mktemp -d --tmpdir=/var/tmp joule-fresh.XXXXXX)   # everything mounted or unpacked lives here
 root=$work/root
 mounts=()             # mount points made under $root, unmounted in reverse order on exit
