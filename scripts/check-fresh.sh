@@ -25,13 +25,13 @@ error_re='(^|[^[:alnum:]_.-])(error|Error|ERROR)([^[:alnum:]_.]|$)|FAILED|\*\*\*
 
 say() { echo "check-fresh: $*" | tee -a "$log"; }
 
-# run_stage NAME COMMAND...: runs COMMAND (in this shell) with its output in the log and times it.
+# run_stage NAME COMMAND...: runs COMMAND (in a subshell: it sets nothing here) with its output in the log.
 # A failure exits the script through set -e; the EXIT trap then reports the stage that failed.
 run_stage() {
   stage=$1 stage_t0=$SECONDS stage_line=$(($(wc -l <"$log") + 1))
   shift
   say "[$stage] ..."
-  "$@" >>"$log" 2>&1 </dev/null
+  ("$@") >>"$log" 2>&1 </dev/null   # a subshell, so a signal's exit never runs on_exit with the log as stdout
   timings+=("$(printf '%6d s  %s' $((SECONDS - stage_t0)) "$stage")")
   say "[$stage] done in $((SECONDS - stage_t0)) s"
   stage=""
@@ -132,6 +132,7 @@ on_exit() {
   fi
   if ((rc)); then
     local first; first=$(tail -n +"$stage_line" "$log" | grep -m1 -E "$error_re")
+    ((rc != 130 && rc != 143)) || first="interrupted by a signal"
     [ -z "$stage" ] || timings+=("$(printf '%6d s  %s (FAILED)' $((SECONDS - stage_t0)) "$stage")")
     echo "################################################################################"
     echo "### FRESH-ROOT CHECK FAILED in stage: ${stage:-set-up}"
