@@ -8,7 +8,8 @@
 #   2. a copy unpacked into a temp dir, given this machine's apt sources and resolv.conf;
 #   3. the committed HEAD of this repository cloned into it (uncommitted changes are not tested);
 #   4. the README's commands run there in a chroot, as root, with a clean environment and no stdin.
-# Needs root and the network; about 15-25 minutes on 2 cores. Usage: sudo bash scripts/check-fresh.sh
+# Needs root and the network; about 4-5 minutes on an idle 2-core machine (the first run ~30 s more).
+# Usage: sudo bash scripts/check-fresh.sh
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
