@@ -103,6 +103,7 @@ TEST(PlanFile, EveryBadPlanIsAClearErrorNamingWhere) {
     expect_error(lowered(h + "entries:\n  - {layer: conv1, device: \"cpu:\"}\n"), "backend[:spec]");
     expect_error(lowered(h + "entries:\n  - {node: conv9, device: cpu}\n"), "bad.yaml:4: no node is named 'conv9'");
     expect_error(lowered(h + "entries:\n  - {layer: \"nope*\", device: cpu}\n"), "matches no layer");
+    expect_error(lowered(h + "entries:\n  - {layer: \"*\", device: cpu}\n  - {layer: \"conv1\", dtype: bf16}\n"), "bad.yaml:5: every layer that 'conv1' matches is taken");
     expect_error(lowered(h + "entries:\n  - {node: \"conv1.weight.sgd\", dtype: bf16}\n"), "computes in f32 only");
     expect_error(lowered(h + "storage:\n  - {tensor: zzz, dtype: bf16}\n"), "no tensor is named 'zzz'");
     expect_error(lowered(h + "storage:\n  - {tensor: conv1.weight, dtype: bf16}\n"), "master copy");

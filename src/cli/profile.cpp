@@ -78,7 +78,7 @@ nlohmann::json to_json(const std::vector<profile::ConfigMetrics>& ms, const prof
         nlohmann::json types, nodes = nlohmann::json::array();
         for (const auto& [k, v] : m.by_type) types[k] = {{"seconds", v.seconds}, {"joules", v.joules}};
         for (const auto& n : db.nodes(c.key))
-            nodes.push_back({{"node", n.node}, {"op", n.op}, {"category", n.category}, {"phase", n.phase}, {"shapes", n.shapes}, {"reps", n.reps},
+            nodes.push_back({{"node", n.node}, {"op", n.op}, {"category", n.category}, {"phase", n.phase}, {"shapes", n.shapes}, {"device", n.device}, {"dtype", n.dtype}, {"reps", n.reps},
                              {"seconds", n.time_s}, {"seconds_spread", n.time_spread_s}, {"joules", n.energy_j}, {"joules_spread", n.energy_spread_j},
                              {"watts_above_idle", n.power_w}, {"flops", n.flops}, {"bytes", n.bytes}});
         out.push_back({{"net", c.key.net}, {"device", c.key.device}, {"dtype", c.key.dtype}, {"batch", c.key.batch}, {"threads", c.key.threads},

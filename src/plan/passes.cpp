@@ -84,7 +84,7 @@ TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* ori
         if (!s.known) throw Error(where + ": " + s.reason);
     };
     check_device(plan.default_device, plan.origin);
-    std::vector<bool> used(plan.entries.size(), false);
+    std::vector<bool> used(plan.entries.size(), false), matched(plan.entries.size(), false);
     for (const PlanEntry& e : plan.entries)
         if (e.device) check_device(*e.device, e.origin);
     if (origin) origin->assign(g.num_nodes(), plan.origin);
@@ -109,10 +109,12 @@ TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* ori
             if (origin) (*origin)[k] = e.origin;
         };
         const std::string& layer = layer_of(g, NodeId(k));
+        bool applied = false;
         for (size_t i = 0; i < plan.entries.size(); ++i)
             if (plan.entries[i].match == PlanEntry::Match::Layer && glob_match(plan.entries[i].pattern, layer)) {
-                apply(i, false);
-                break;
+                matched[i] = true;
+                if (!applied) apply(i, false);
+                applied = true;
             }
         if (auto it = by_node.find(n.name); it != by_node.end()) apply(it->second, true);
     }
@@ -121,6 +123,9 @@ TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* ori
         if (used[i] || (e.match == PlanEntry::Match::Node && by_node.at(e.pattern) != i)) continue;
         if (e.match == PlanEntry::Match::Node)
             throw Error(e.origin + ": no node is named '" + e.pattern + "'", "joule inspect --plan FILE lists the node names");
+        if (matched[i])
+            throw Error(e.origin + ": every layer that '" + e.pattern + "' matches is taken by an earlier entry (the first matching entry wins)",
+                        "move the entry up or remove it");
         throw Error(e.origin + ": layer pattern '" + e.pattern + "' matches no layer", "joule inspect lists the layers");
     }
     return tg;

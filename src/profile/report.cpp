@@ -2,7 +2,7 @@
 
 namespace joule::profile {
 
-const char* const kLayerTypes[6] = {"conv", "fc", "bn", "activation", "pooling", "other"};
+const char* const kLayerTypes[8] = {"conv", "fc", "bn", "activation", "pooling", "cast", "transfer", "other"};
 
 ConfigMetrics derive(const ConfigRecord& c, const std::vector<NodeRecord>& nodes) {
     ConfigMetrics m;

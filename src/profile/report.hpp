@@ -1,5 +1,5 @@
 // Derived metrics of stored profiles: throughput, GFLOP/s, average power, GFLOPS/W, energy per image,
-// and the per-layer-type breakdown (conv / fc / bn / activation / pooling / other) of time and energy.
+// and the per-layer-type breakdown (conv / fc / bn / activation / pooling / cast / transfer / other) of time and energy.
 #pragma once
 
 #include <map>
@@ -22,6 +22,6 @@ struct ConfigMetrics {
 ConfigMetrics derive(const ConfigRecord& c, const std::vector<NodeRecord>& nodes);
 std::vector<ConfigMetrics> derive_all(const Store& store, const std::string& net = "");
 
-extern const char* const kLayerTypes[6];
+extern const char* const kLayerTypes[8];
 
 }  // namespace joule::profile

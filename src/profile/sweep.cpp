@@ -40,6 +40,8 @@ std::string bucket(OpCategory c) {
         case OpCategory::Norm: return "bn";
         case OpCategory::Activation: return "activation";
         case OpCategory::Pooling: return "pooling";
+        case OpCategory::Cast: return "cast";          // the plan's dtype conversions
+        case OpCategory::Transfer: return "transfer";  // and device crossings, apart from the layers'
         default: return "other";
     }
 }
