@@ -103,10 +103,14 @@ void print_energy(const TrainResult& r, int64_t top) {
     }
     if (rows.size() > size_t(top)) add(rest);
     t.add({"idle/static (" + e.meter.device + ")", "", "", "", "", fixed(idle * 1e3, 3), fixed(e.idle_w, 2) + " W idle", fixed(100 * idle / total, 1) + " %"});
+    const double emulation = e.emulation_joules / steps;
+    if (emulation > 0)  // host energy spent emulating modelled devices: in the total, in no layer
+        t.add({"host emulating modelled devices", "", "", "", "", fixed(emulation * 1e3, 3), "", fixed(100 * emulation / total, 1) + " %"});
     std::cout << "\nper-layer energy per step (" << tag << (e.kind == energy::MeterKind::Measured ? " by " + e.meter.name : "") << "; mean of "
               << e.steps << " steps; energy above idle per layer, idle/static separately):\n";
     t.print(std::cout);
-    std::cout << "step energy " << fixed(total * 1e3, 3) << " mJ (" << tag << ") = ops " << fixed((total - idle) * 1e3, 3) << " mJ + idle/static "
+    std::cout << "step energy " << fixed(total * 1e3, 3) << " mJ (" << tag << ") = ops " << fixed((total - idle - emulation) * 1e3, 3)
+              << (emulation > 0 ? " mJ + emulation " + fixed(emulation * 1e3, 3) : std::string()) << " mJ + idle/static "
               << fixed(idle * 1e3, 3) << " mJ; average power " << fixed(e.total_joules / std::max(e.seconds, 1e-12), 2) << " W (" << tag << "); "
               << fixed(total / double(r.batch) * 1e3, 3) << " mJ per image (" << tag << ")\n";
 }
