@@ -1,6 +1,7 @@
 // cli/: end-to-end runs of the joule binary: every command, --json output, and bad flags / inputs
 // giving a clear message and a non-zero exit code.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
@@ -215,6 +216,24 @@ TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     EXPECT_GT(j["op_overhead_seconds"].get<double>(), 0);
     expect_failure("probe --gemm-size 4", "--gemm-size");
     expect_failure("probe --array-mib -1", "--array-mib");
+}
+
+int usable_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof(set), &set);
+    return CPU_COUNT(&set);
+}
+
+TEST(Cli, ThreadsAboveTheCoresAreRefusedUnlessInsisted) {
+    const std::string more = std::to_string(usable_cores() + 1), cores = std::to_string(usable_cores());
+    for (const std::string& args : {"train --dataset synthetic --steps 1 --threads " + more, "probe --threads " + more,
+                                    "profile --db /tmp/joule_cli_threads.db --threads 1," + more})
+        expect_failure(args, "--threads " + more + ": this process may run on " + cores + " core");
+    const auto j = run_json("train --dataset synthetic --steps 1 --batch 2 --threads " + more + " --oversubscribe --json");
+    EXPECT_EQ(j["threads"], usable_cores() + 1);
+    const auto all = run_json("train --dataset synthetic --steps 1 --batch 2 --threads 0 --json");
+    EXPECT_EQ(all["threads"], usable_cores());  // 0: the affinity mask's cores
 }
 
 TEST(Cli, BadInputsFailClearly) {

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "profile/report.hpp"
@@ -18,7 +19,7 @@ struct ProfileFlags {
     std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv;
     int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
     double idle_seconds = 0.5, sample_ms = 10;
-    bool report = false, json = false, force = false;
+    bool report = false, json = false, force = false, oversubscribe = false;
 };
 
 std::string tagged(double v, int decimals, const std::string& kind) { return fixed(v, decimals) + (kind == "modelled" ? " (mod)" : ""); }
@@ -99,7 +100,8 @@ void add_profile(CLI::App& app) {
     cmd->add_option("--net", f->nets, "comma-separated zoo nets")->capture_default_str();
     cmd->add_option("--batch", f->batches, "comma-separated batch sizes")->capture_default_str();
     cmd->add_option("--dtype", f->dtypes, "comma-separated precisions: f32, bf16 (on conv/linear/matmul)")->capture_default_str();
-    cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores)")->capture_default_str();
+    cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores this process may run on)")->capture_default_str();
+    cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
     cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
     cmd->add_option("--warmup", f->warmup, "unmeasured steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
     cmd->add_option("--image-size", f->image_size, "input size (0: each net's default)")->check(CLI::NonNegativeNumber);
@@ -127,7 +129,10 @@ void add_profile(CLI::App& app) {
                 o.dtypes.push_back(t);
             }
             o.threads.clear();
-            for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) o.threads.push_back(int(t));
+            for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) {
+                cpu::check_threads(t, f->oversubscribe);
+                o.threads.push_back(int(t));
+            }
             o.iters = f->iters, o.warmup = f->warmup, o.image_size = f->image_size, o.seq_len = f->seq_len;
             o.meter = f->meter, o.device_spec = f->device_spec, o.force = f->force;
             o.energy.idle_seconds = f->idle_seconds;

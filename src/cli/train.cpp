@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "report/table.hpp"
@@ -23,7 +24,7 @@ struct TrainFlags {
     float lr = 0, momentum = -1, weight_decay = 0;
     int threads = 0;
     uint64_t seed = 1;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, oversubscribe = false;
     std::string plan;
     bool energy = false;
     std::string meter = "auto", device_spec;
@@ -124,7 +125,8 @@ void add_train(CLI::App& app) {
     cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(CLI::PositiveNumber);
     cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores this process may run on)")->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
     cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
     auto* plan = cmd->add_option("--plan", f->plan, "plan file: device and precision per layer or node (see README: Plans)");
@@ -149,6 +151,7 @@ void add_train(CLI::App& app) {
         o.warmup = f->warmup;
         o.image_size = f->net.image_size;
         o.seq_len = f->net.seq_len;
+        cpu::check_threads(f->threads, f->oversubscribe);
         o.threads = f->threads;
         o.seed = f->seed;
         o.plan_file = f->plan;
