@@ -236,6 +236,23 @@ TEST(Cli, ThreadsAboveTheCoresAreRefusedUnlessInsisted) {
     EXPECT_EQ(all["threads"], usable_cores());  // 0: the affinity mask's cores
 }
 
+TEST(Cli, NonFiniteNumbersAreRefused) {
+    // every floating-point flag of every command, and the quantities with units
+    for (const std::string flag : {"train --lr", "train --momentum", "train --weight-decay", "train --idle-seconds", "train --sample-ms",
+                                    "profile --idle-seconds", "profile --sample-ms", "probe --array-mib"})
+        for (const std::string v : {"nan", "inf", "-inf", "1e999"})
+            expect_failure(flag + " " + v, "'" + v + "' is not a finite number");
+    expect_failure("analyze --net lenet5 --capacity nan --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: 'nan' is not a finite number");
+    expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth infGB/s --peak 1TFLOPS", "--bandwidth: 'infGB/s' is not a finite number");
+    expect_failure("calibrate --peak nanTFLOPS --capacity 1MiB --bandwidth 1GB/s", "--peak: 'nanTFLOPS' is not a finite number");
+    // a float overflow after conversion is caught by the trainer
+    expect_failure("train --dataset synthetic --steps 1 --optimizer sgd --lr 1e39", "--lr must be a positive finite number");
+    // ranges are printed readably (never DBL_MAX in full)
+    expect_failure("train --lr 0", "--lr: '0' is out of range: must be > 0");
+    expect_failure("train --batch 0", "--batch: '0' is out of range: must be in [1, 1048576]");
+    expect_failure("train --idle-seconds -1", "--idle-seconds: '-1' is out of range: must be >= 0");
+}
+
 TEST(Cli, BadInputsFailClearly) {
     expect_failure("", "A subcommand is required");
     expect_failure("train --batch 0", "--batch");

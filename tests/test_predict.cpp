@@ -193,6 +193,12 @@ TEST(Units, ParseAndReject) {
     test::expect_error([] { parse_bandwidth("900", "--bandwidth"); }, "unknown unit ''");
     test::expect_error([] { parse_bytes("-4MiB", "--capacity"); }, "must be positive");
     test::expect_error([] { parse_sweep("8MiB..1MiB", parse_bytes, "--sweep capacity"); }, "ends below its start");
+    for (const char* bad : {"nan", "inf", "-infGB/s", "nanTFLOPS"}) {
+        test::expect_error([&] { parse_bytes(bad, "--capacity"); }, "is not a finite number");
+        test::expect_error([&] { parse_bandwidth(bad, "--bandwidth"); }, "is not a finite number");
+        test::expect_error([&] { parse_flops(bad, "--peak"); }, "is not a finite number");
+        test::expect_error([&] { parse_seconds(bad, "--overhead"); }, "is not a finite number");
+    }
 }
 
 }  // namespace

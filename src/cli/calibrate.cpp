@@ -31,9 +31,9 @@ void add_calibrate(CLI::App& app) {
     cmd->add_option("--out", f->out, "efficiency file to write")->capture_default_str();
     cmd->add_option("--net", f->nets, "comma-separated nets to fit from (default: every net in the database)");
     cmd->add_option("--exclude", f->exclude, "comma-separated NET or NET:BATCH to hold out (e.g. resnet50 or resnet50:4)");
-    cmd->add_option("--threads", f->threads, "thread count of the records (0: the only one stored)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--image-size", f->image_size, "input size the sweep used (0: each net's default)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
+    cmd->add_option("--threads", f->threads, "thread count of the records (0: the only one stored)")->check(number_in(0));
+    cmd->add_option("--image-size", f->image_size, "input size the sweep used (0: each net's default)")->check(number_in(0));
+    cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(number_in(1, 4096));
     add_hardware_options(*cmd, f->hw, false);
     cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
     cmd->callback([f] {

@@ -15,11 +15,11 @@ void add_probe(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
     auto oversubscribe = std::make_shared<bool>(false);
     auto* cmd = app.add_subcommand("probe", "measure this CPU's memory bandwidth (STREAM) and GEMM peak (oneDNN)");
-    cmd->add_option("--threads", o->threads, "threads (0: all cores this process may run on)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--threads", o->threads, "threads (0: all cores this process may run on)")->check(number_in(0));
     cmd->add_flag("--oversubscribe", *oversubscribe, "allow --threads above the cores this process may run on");
-    cmd->add_option("--array-mib", o->array_mib, "MiB per STREAM array")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--gemm-size", o->gemm_size, "square GEMM edge")->capture_default_str()->check(CLI::Range(int64_t(16), int64_t(16384)));
-    cmd->add_option("--repeats", o->repeats, "best of this many runs")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--array-mib", o->array_mib, "MiB per STREAM array")->capture_default_str()->check(number_in(1, 65536));
+    cmd->add_option("--gemm-size", o->gemm_size, "square GEMM edge")->capture_default_str()->check(number_in(16, 16384));
+    cmd->add_option("--repeats", o->repeats, "best of this many runs")->capture_default_str()->check(positive_number());
     cmd->add_flag("--json", *json, "machine-readable output");
     cmd->callback([o, json, oversubscribe] {
         cpu::check_threads(o->threads, *oversubscribe);

@@ -119,16 +119,16 @@ void add_train(CLI::App& app) {
     add_net_options(*cmd, f->net, false);
     cmd->add_option("--dataset", f->dataset, "fashion-mnist or synthetic")->capture_default_str()->check(CLI::IsMember({"fashion-mnist", "synthetic"}));
     cmd->add_option("--data-dir", f->data_dir, "directory with the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)");
-    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
-    cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(CLI::PositiveNumber);
-    cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores this process may run on)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(number_in(1, 100000));
+    cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(number_in(0));
+    cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(number_in(0));
+    cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(positive_number());
+    cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(number_in(0.0, 1.0));
+    cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(number_in(0));
+    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores this process may run on)")->check(number_in(0));
     cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
-    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
+    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(number_in(1, 100000));
     auto* plan = cmd->add_option("--plan", f->plan, "plan file: device and precision per layer or node (see README: Plans)");
     for (const char* o : {"--dtype", "--dtype-scope"}) plan->excludes(o);
     cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
@@ -136,8 +136,8 @@ void add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
     cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)");
-    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(CLI::Range(0.1, 10000.0));
+    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(number_in(0));
+    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(number_in(0.1, 10000.0));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
     cmd->add_flag("--quiet", f->quiet, "no progress bar");
     cmd->callback([f] {

@@ -22,6 +22,7 @@ double parse_with(const std::string& s, const std::string& what, const std::vect
     } catch (const std::exception&) {
         throw Error(what + ": '" + s + "' is not a quantity", std::string("write it like ") + example);
     }
+    if (!std::isfinite(v)) throw Error(what + ": '" + s + "' is not a finite number", std::string("write it like ") + example);
     std::string unit = s.substr(used);
     while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
     for (const Unit& u : units)

@@ -1,6 +1,7 @@
 #include "runtime/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "backend/registry.hpp"
@@ -54,6 +55,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.steps < 0) throw Error("--steps must be >= 0, got " + std::to_string(o.steps));
     if (o.warmup < 0) throw Error("--warmup must be >= 0, got " + std::to_string(o.warmup));
+    const OptimizerConfig& oc = o.optimizer;
+    if (!std::isfinite(oc.lr) || !(oc.lr > 0)) throw Error("--lr must be a positive finite number, got " + std::to_string(oc.lr));
+    if (!std::isfinite(oc.momentum) || oc.momentum < 0 || oc.momentum > 1) throw Error("--momentum must be in [0, 1], got " + std::to_string(oc.momentum));
+    if (!std::isfinite(oc.weight_decay) || oc.weight_decay < 0)
+        throw Error("--weight-decay must be a non-negative finite number, got " + std::to_string(oc.weight_decay));
+    if (!std::isfinite(o.energy_options.idle_seconds) || o.energy_options.idle_seconds < 0)
+        throw Error("--idle-seconds must be a non-negative finite number, got " + std::to_string(o.energy_options.idle_seconds));
     const zoo::NetInfo& info = zoo::net_info(o.net);
     const bool real_data = o.dataset == "fashion-mnist";
     if (!real_data && o.dataset != "synthetic") throw Error("unknown dataset '" + o.dataset + "'", "use fashion-mnist or synthetic");
