@@ -253,6 +253,20 @@ TEST(Cli, NonFiniteNumbersAreRefused) {
     expect_failure("train --idle-seconds -1", "--idle-seconds: '-1' is out of range: must be >= 0");
 }
 
+TEST(Cli, TrainStopsOnANonFiniteLoss) {
+    // a huge learning rate diverges at the second step: the error names the step and the first non-finite forward output
+    Result r = run("train --dataset synthetic --optimizer sgd --lr 1e30 --steps 20 --threads 1");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("joule: error: step 2 of epoch 1: the loss is "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the first forward node with a non-finite output is 'conv2' (Conv2d)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("lower --lr"), std::string::npos) << r.out;
+    // one past float range makes the parameters themselves non-finite: named first
+    r = run("train --net resnet18 --image-size 32 --batch 2 --dataset synthetic --optimizer sgd --lr 3e38 --steps 20 --threads 1");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("parameter '"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("' holds "), std::string::npos) << r.out;
+}
+
 TEST(Cli, BadInputsFailClearly) {
     expect_failure("", "A subcommand is required");
     expect_failure("train --batch 0", "--batch");

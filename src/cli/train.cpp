@@ -176,7 +176,17 @@ void add_train(CLI::App& app) {
                       << (!o.plan_file.empty() ? "plan " + o.plan_file
                                                : f->net.dtype + (o.dtype == DType::F32 ? "" : o.scope == PrecisionScope::All ? " on every op that supports it" : " on conv/linear/matmul") + ", cpu (oneDNN)")
                       << "\n";
-        const TrainResult r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty](const TrainProgress& p) { print_progress(p, tty); });
+        auto open_line = std::make_shared<bool>(false);  // a tty progress line without its newline yet
+        TrainResult r;
+        try {
+            r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty, open_line](const TrainProgress& p) {
+                print_progress(p, tty);
+                *open_line = tty && p.step != p.steps_per_epoch;
+            });
+        } catch (...) {
+            if (*open_line) std::fputc('\n', stderr);  // the error starts on its own line
+            throw;
+        }
         if (f->json) {
             nlohmann::json j = {{"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
                                 {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "backend/registry.hpp"
@@ -49,6 +50,54 @@ void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synt
     else synth.fill_normal(ex.f32(m.input), in.numel());
     synth.fill_uniform_int(ex.i32(m.labels), g.tensor(m.labels).desc.numel(), int32_t(g.tensor(m.logits).desc.shape[1]));
 }
+
+namespace {
+// "nan", "inf" or "-inf" and the index of the first non-finite value of a floating-point tensor; false when all are finite.
+std::string fmt_lr(float lr) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", double(lr));
+    return buf;
+}
+
+bool first_non_finite(const Executor& ex, TensorId t, std::string& what) {
+    const DType d = ex.graph().tensor(t).desc.dtype;
+    if (d != DType::F32 && d != DType::BF16) return false;
+    const std::vector<float> v = ex.read_f32(t);
+    size_t bad = 0, first = v.size();
+    for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i])) {
+            if (first == v.size()) first = i;
+            ++bad;
+        }
+    if (bad == 0) return false;
+    const float x = v[first];
+    what = std::string(std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + " at element " + std::to_string(first) + " (" + std::to_string(bad) + " of " +
+           std::to_string(v.size()) + " values non-finite)";
+    return true;
+}
+
+// Called only once the loss is non-finite (the update has not run): which parameter holds a non-finite
+// value, and which forward node first outputs one (the forward is re-run node by node, since buffers are
+// shared by liveness and earlier outputs are overwritten).
+std::string diagnose_non_finite(Executor& ex, NodeId first_backward) {
+    const Graph& g = ex.graph();
+    std::string out, what;
+    for (size_t t = 0; t < g.num_tensors(); ++t)
+        if (g.tensor(TensorId(t)).role == TensorRole::Parameter && first_non_finite(ex, TensorId(t), what)) {
+            out = "parameter '" + g.tensor(TensorId(t)).name + "' holds " + what;
+            break;
+        }
+    for (NodeId n = 0; n < first_backward; ++n) {
+        ex.run(n, n + 1, {.training = true});
+        for (TensorId t : g.node(n).outputs)
+            if (first_non_finite(ex, t, what)) {
+                return (out.empty() ? "" : out + "; ") + "the first forward node with a non-finite output is '" + g.node(n).name + "' (" +
+                       op_name(g.node(n).kind) + "): '" + g.tensor(t).name + "' has " + what;
+            }
+    }
+    return out.empty() ? "no parameter or forward output holds one on a re-run" : out;
+}
+}  // namespace
 
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainProgress&)>& on_progress) {
     if (o.epochs < 1) throw Error("--epochs must be >= 1, got " + std::to_string(o.epochs));
@@ -153,10 +202,17 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             const bool record = recorder && total_steps >= warmup;
             if (record) recorder->step_begin();
             const auto s0 = clock::now();
-            ex.run_all({.training = true});
+            // forward and loss first: a non-finite loss stops training before the update spreads it into the parameters
+            ex.run(0, tg.first_backward, {.training = true});
+            const float loss = ex.f32(tg.loss)[0];
+            if (!std::isfinite(loss))
+                throw Error("step " + std::to_string(s + 1) + " of epoch " + std::to_string(e + 1) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                                "; " + diagnose_non_finite(ex, tg.first_backward),
+                            "training diverged: lower --lr (it is " + fmt_lr(o.optimizer.lr) + "), or check the input data");
+            ex.run(tg.first_backward, NodeId(tg.graph.num_nodes()), {.training = true});
             if (total_steps >= warmup) timed_wall += std::chrono::duration<double>(clock::now() - s0).count();
             if (record) recorder->step_end();
-            loss_sum += ex.f32(tg.loss)[0];
+            loss_sum += loss;
             ++er.steps;
             if (++total_steps == warmup) ex.reset_timing();
             if (on_progress) {
