@@ -267,6 +267,20 @@ TEST(Cli, TrainStopsOnANonFiniteLoss) {
     EXPECT_NE(r.out.find("' holds "), std::string::npos) << r.out;
 }
 
+TEST(Cli, TrainEvaluationCanBeCappedAndShowsProgress) {
+    const auto j = run_json("train --steps 2 --threads 1 --eval-samples 100 --batch 32 --json");
+    EXPECT_EQ(j["test_samples"], 100);  // the first 100 test images (the last batch padded)
+    EXPECT_TRUE(j.contains("test_accuracy"));
+    const auto none = run_json("train --steps 2 --threads 1 --eval-samples 0 --json");
+    EXPECT_FALSE(none.contains("test_accuracy"));
+    const Result r = run("train --steps 2 --threads 1 --eval-samples 100 --batch 32");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("test  [##############################]   100/100"), std::string::npos) << r.out;  // progress on stderr
+    EXPECT_NE(r.out.find("test accuracy"), std::string::npos) << r.out;
+    expect_failure("train --dataset synthetic --eval-samples 10", "--eval-samples applies to --dataset fashion-mnist only");
+    expect_failure("train --eval-samples -1", "--eval-samples: '-1' is out of range: must be >= 0");
+}
+
 TEST(Cli, BadInputsFailClearly) {
     expect_failure("", "A subcommand is required");
     expect_failure("train --batch 0", "--batch");

@@ -20,7 +20,7 @@ namespace {
 struct TrainFlags {
     NetOptions net;
     std::string dataset = "fashion-mnist", data_dir;
-    int64_t epochs = 1, steps = 0, top = 15, warmup = 1;
+    int64_t epochs = 1, steps = 0, top = 15, warmup = 1, eval_samples = -1;
     float lr = 0, momentum = -1, weight_decay = 0;
     int threads = 0;
     uint64_t seed = 1;
@@ -40,6 +40,18 @@ void print_progress(const TrainProgress& p, bool tty) {
     std::fprintf(stderr, "%sepoch %lld [%s%s] %5lld/%lld  loss %.4f  %.0f img/s (measured)%s", tty ? "\r" : "", (long long)p.epoch + 1,
                  std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), '.').c_str(), (long long)p.step,
                  (long long)p.steps_per_epoch, p.loss, p.images_per_s, tty && !last ? "" : "\n");
+    std::fflush(stderr);
+}
+
+// `previous`: the sample count of the previous call (non-tty output prints about every 10 %).
+void print_eval_progress(const EvalProgress& p, bool tty, int64_t previous) {
+    const int width = 30;
+    const bool last = p.samples == p.total;
+    const int64_t tenth = std::max<int64_t>(1, p.total / 10);
+    if (!tty && !last && p.samples / tenth == previous / tenth) return;
+    const int fill = int(double(p.samples) / double(p.total) * width);
+    std::fprintf(stderr, "%stest  [%s%s] %5lld/%lld  %.0f img/s (measured)%s", tty ? "\r" : "", std::string(size_t(fill), '#').c_str(),
+                 std::string(size_t(width - fill), '.').c_str(), (long long)p.samples, (long long)p.total, p.images_per_s, tty && !last ? "" : "\n");
     std::fflush(stderr);
 }
 
@@ -138,8 +150,10 @@ void add_train(CLI::App& app) {
     cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)");
     cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(number_in(0));
     cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(number_in(0.1, 10000.0));
+    cmd->add_option("--eval-samples", f->eval_samples, "evaluate test accuracy on at most the first N test images (0: no evaluation; default: all)")
+        ->check(number_in(0));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
-    cmd->add_flag("--quiet", f->quiet, "no progress bar");
+    cmd->add_flag("--quiet", f->quiet, "no progress bars");
     cmd->callback([f] {
         TrainOptions o;
         o.net = f->net.net;
@@ -152,6 +166,7 @@ void add_train(CLI::App& app) {
         o.image_size = f->net.image_size;
         o.seq_len = f->net.seq_len;
         cpu::check_threads(f->threads, f->oversubscribe);
+        o.eval_samples = f->eval_samples;
         o.threads = f->threads;
         o.seed = f->seed;
         o.plan_file = f->plan;
@@ -177,6 +192,12 @@ void add_train(CLI::App& app) {
                                                : f->net.dtype + (o.dtype == DType::F32 ? "" : o.scope == PrecisionScope::All ? " on every op that supports it" : " on conv/linear/matmul") + ", cpu (oneDNN)")
                       << "\n";
         auto open_line = std::make_shared<bool>(false);  // a tty progress line without its newline yet
+        if (!f->quiet)
+            o.on_eval_progress = [tty, open_line, previous = int64_t(0)](const EvalProgress& p) mutable {
+                print_eval_progress(p, tty, previous);
+                previous = p.samples;
+                *open_line = tty && p.samples != p.total;
+            };
         TrainResult r;
         try {
             r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty, open_line](const TrainProgress& p) {
@@ -221,6 +242,8 @@ void add_train(CLI::App& app) {
                       << " img/s, " << fixed(r.epochs[e].seconds, 1) << " s (measured)\n";
         if (r.test_accuracy >= 0)
             std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << " % on " << r.test_samples << " images\n";
+        else if (o.dataset == "fashion-mnist")
+            std::cout << "test accuracy not evaluated (--eval-samples 0)\n";
         std::cout << "tensor memory " << bytes_str(double(r.buffer_bytes)) << " (" << bytes_str(double(r.unshared_bytes))
                   << " without buffer reuse)\n";
         std::cout << "plan " << r.plan << ": " << r.casts << " casts, " << r.transfers << " transfers; per step:";

@@ -104,6 +104,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.steps < 0) throw Error("--steps must be >= 0, got " + std::to_string(o.steps));
     if (o.warmup < 0) throw Error("--warmup must be >= 0, got " + std::to_string(o.warmup));
+    if (o.eval_samples > 0 && o.dataset == "synthetic")
+        throw Error("--eval-samples applies to --dataset fashion-mnist only (synthetic data has no test set)");
     const OptimizerConfig& oc = o.optimizer;
     if (!std::isfinite(oc.lr) || !(oc.lr > 0)) throw Error("--lr must be a positive finite number, got " + std::to_string(oc.lr));
     if (!std::isfinite(oc.momentum) || oc.momentum < 0 || oc.momentum > 1) throw Error("--momentum must be in [0, 1], got " + std::to_string(oc.momentum));
@@ -242,11 +244,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     }
     r.step_wall_seconds = timed_wall * per_step;
 
-    if (real_data) {
-        // Evaluate on the whole test set with the training batch size; the last batch is padded and its
-        // padding ignored.
-        data::BatchIterator test_it(split.test.size(), o.batch, false, 0, true);
+    const int64_t eval_total = real_data ? (o.eval_samples < 0 ? split.test.size() : std::min<int64_t>(o.eval_samples, split.test.size())) : 0;
+    if (eval_total > 0) {
+        // Evaluate on the first eval_total test images with the training batch size; the last batch is
+        // padded and its padding ignored.
+        data::BatchIterator test_it(eval_total, o.batch, false, 0, true);
         int64_t correct = 0;
+        const auto t0 = clock::now();
         while (auto idx = test_it.next()) {
             const size_t valid = idx->size();
             while (int64_t(idx->size()) < o.batch) idx->push_back(idx->front());
@@ -261,6 +265,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                 correct += best == y[i];
             }
             r.test_samples += int64_t(valid);
+            if (o.on_eval_progress) {
+                const double el = std::chrono::duration<double>(clock::now() - t0).count();
+                o.on_eval_progress({r.test_samples, eval_total, el > 0 ? double(r.test_samples) / el : 0.0});
+            }
         }
         r.test_accuracy = double(correct) / double(r.test_samples);
     }
