@@ -281,8 +281,43 @@ TEST(Cli, TrainEvaluationCanBeCappedAndShowsProgress) {
     expect_failure("train --eval-samples -1", "--eval-samples: '-1' is out of range: must be >= 0");
 }
 
+TEST(Cli, ErrorsReadTheSameEverywhere) {
+    // CLI11's parse errors carry the joule prefix and exit non-zero; --help and --version still exit 0
+    Result r = run("train --frobnicate");
+    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(r.out.rfind("joule: error: ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("--frobnicate"), std::string::npos) << r.out;
+    for (const std::string args : {"--help", "--version", "train --help", "analyze --help"}) {
+        r = run(args);
+        EXPECT_EQ(r.code, 0) << args << ": " << r.out;
+        EXPECT_EQ(r.out.find("error"), std::string::npos) << args << ": " << r.out;
+    }
+    expect_failure("frobnicate", "joule: error: unknown command 'frobnicate'; the commands are train, nets, inspect, profile, analyze, probe, calibrate");
+    expect_failure("train --lr nan", "joule: error: --lr: 'nan' is not a finite number");
+    // files and quantities
+    expect_failure("analyze --net lenet5 --device /tmp", "/tmp: cannot open device spec: it is a directory");
+    EXPECT_EQ(run("analyze --net lenet5 --device gpu-nvidia-v100-sxm2 --overhead 0us").code, 0);
+    expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth 0 --peak 1TFLOPS", "--bandwidth: '0' must be positive");
+    expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth 1GB/s --peak -1", "--peak: '-1' must be positive");
+    expect_failure("analyze --net lenet5 --capacity 0.5B --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: '0.5B' is less than one byte");
+    expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep capacity=1MiB,2MiB --sweep capacity=4MiB", "--sweep capacity is given twice");
+    // a batch that cannot fit the device's memory is not modelled
+    expect_failure("analyze --net vgg16 --batch 1048576 --device gpu-nvidia-v100-sxm2",
+                   "vgg16 batch 1048576 needs 88.5 TiB of tensor memory (its memory plan), but gpu-nvidia-v100-sxm2 has 32.0 GiB");
+    // values a command does not accept, and flags it would ignore
+    r = run("profile --db " + temp_path("dtype.db") + " --dtype f64");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("--dtype f64: the cpu backend computes in f32 or bf16"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("or f16"), std::string::npos) << r.out;  // only accepted values suggested
+    expect_failure("calibrate --net foo --device gpu-nvidia-v100-sxm2", "unknown network 'foo'");
+    expect_failure("calibrate --exclude foo:4 --device gpu-nvidia-v100-sxm2", "unknown network 'foo'");
+    expect_failure("train --device-spec cpu-amd-epyc-turin-2vcpu --steps 1", "--device-spec requires --energy");
+    expect_failure("train --sample-ms 5 --steps 1", "--sample-ms requires --energy");
+    expect_failure("train --image-size 32 --steps 1", "--image-size 32: Fashion-MNIST images are 28x28");
+}
+
 TEST(Cli, BadInputsFailClearly) {
-    expect_failure("", "A subcommand is required");
+    expect_failure("", "joule: error: a command is required: train, nets, inspect, profile, analyze, probe, calibrate");
     expect_failure("train --batch 0", "--batch");
     expect_failure("train --epochs -1", "--epochs");
     expect_failure("train --net resnet1000", "unknown network 'resnet1000'");

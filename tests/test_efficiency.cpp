@@ -154,6 +154,14 @@ TEST(Efficiency, LoadNamesWhatIsWrong) {
     test::expect_error([&] { load_efficiency(temp_file("g.yaml", head + "  Linear: {fixed_s: 0, compute_scale: 1, memory_scale: 1, half_m: 4}\n")); },
                        "kind 'Linear' needs 'half_n'");
     test::expect_error([&] { load_efficiency(temp_file("y.yaml", "version: [1\n")); }, "invalid YAML");
+    // a misspelt op kind, or a suffix calibrate never writes, names the kind, file and line
+    test::expect_error([&] { load_efficiency(temp_file("o.yaml", head + "  Add: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n  Conv2D: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
+                       "o.yaml:6: unknown op kind 'Conv2D'");
+    test::expect_error([&] { load_efficiency(temp_file("p.yaml", head + "  Add.f64: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
+                       "p.yaml:5: unknown op kind 'Add.f64'");
+    EXPECT_NO_THROW(load_efficiency(temp_file("q.yaml", head + "  Conv2d.grouped.bf16: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")));
+    // a directory given as the file
+    test::expect_error([&] { load_efficiency("/tmp"); }, "/tmp: cannot open the efficiency file: it is a directory");
 }
 
 TEST(Efficiency, DrivesNodeTimesInTheMemoryModel) {

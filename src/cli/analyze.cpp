@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -118,9 +119,12 @@ void add_analyze(CLI::App& app) {
         predict::MemoryConfig& cfg = hw.config;
         std::vector<double> capacities = {cfg.capacity_bytes}, bandwidths = {cfg.bandwidth_bytes_per_s};
         bool swept = false;
+        std::set<std::string> axes;
         for (const std::string& s : f->sweeps) {
             const auto eq = s.find('=');
             const std::string key = s.substr(0, eq), range = eq == std::string::npos ? "" : s.substr(eq + 1);
+            if ((key == "capacity" || key == "bandwidth") && !axes.insert(key).second)
+                throw Error("--sweep " + key + " is given twice", "give each axis once; a list a,b,c sweeps several values");
             if (key == "capacity") capacities = predict::parse_sweep(range, predict::parse_bytes, "--sweep capacity"), hw.capacity = swept = true;
             else if (key == "bandwidth") bandwidths = predict::parse_sweep(range, predict::parse_bandwidth, "--sweep bandwidth"), hw.bandwidth = swept = true;
             else throw Error("--sweep '" + s + "': expected capacity=RANGE or bandwidth=RANGE");
@@ -135,6 +139,10 @@ void add_analyze(CLI::App& app) {
         const Plan plan = precision_plan(unplanned, parse_dtype(f->net.dtype), parse_precision_scope(f->net.scope), backends.get("cpu"));
         const LoweredGraph lg = lower(std::move(unplanned), plan);
         const Graph& g = lg.train.graph;
+        if (hw.memory_bytes > 0 && double(lg.memory.bytes_total) > hw.memory_bytes)
+            throw Error(f->net.net + " batch " + std::to_string(f->net.batch) + " needs " + bytes_str(double(lg.memory.bytes_total)) +
+                            " of tensor memory (its memory plan), but " + hw.memory_of + " has " + bytes_str(hw.memory_bytes),
+                        "a smaller --batch fits");
         if (!f->json && f->csv != "-")
             std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", plan " << plan.name
                       << ": tensors in their producer's dtype, " << lg.casts << " casts; " << g.num_nodes() << " nodes): all figures modelled\n";

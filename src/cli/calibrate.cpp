@@ -9,6 +9,7 @@
 #include "profile/calibrate.hpp"
 #include "profile/sweep.hpp"
 #include "report/table.hpp"
+#include "zoo/zoo.hpp"
 
 namespace joule::cli {
 
@@ -37,12 +38,14 @@ void add_calibrate(CLI::App& app) {
     add_hardware_options(*cmd, f->hw, false);
     cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
     cmd->callback([f] {
-        if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
-        const Hardware hw = resolve_hardware(f->hw);
-        hw.require("joule calibrate");
         profile::CalibrationOptions o;
         if (!f->nets.empty()) o.nets = profile::parse_list(f->nets, "--net");
         if (!f->exclude.empty()) o.exclude = profile::parse_list(f->exclude, "--exclude");
+        for (const std::string& n : o.nets) zoo::net_info(n);  // Error: unknown network, with the list
+        for (const std::string& x : o.exclude) zoo::net_info(x.substr(0, x.find(':')));
+        const Hardware hw = resolve_hardware(f->hw);
+        hw.require("joule calibrate");
+        if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
         o.threads = f->threads, o.image_size = f->image_size, o.seq_len = f->seq_len;
         const profile::Store db(f->db);
         const profile::CalibrationSet set = profile::calibration_samples(db, hw.config, o);

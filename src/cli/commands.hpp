@@ -49,6 +49,8 @@ struct Hardware {
     predict::MemoryConfig config;
     bool capacity = false, bandwidth = false, peak = false;  // given (by a flag, the device or the efficiency file)
     std::shared_ptr<predict::EfficiencyModel> efficiency;   // loaded --efficiency; config.efficiency points to it
+    double memory_bytes = 0;                                 // the --device's memory capacity (0: unknown)
+    std::string memory_of;                                   // which device
     void require(const std::string& command) const;          // Error when capacity, bandwidth or peak is missing
 };
 Hardware resolve_hardware(const HardwareOptions& o);

@@ -89,7 +89,22 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all, --version: print, exit 0
+        // Usage errors read like every other error: the joule prefix, what was wrong, where to look.
+        std::string commands;
+        for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; })) commands += (commands.empty() ? "" : ", ") + c->get_name();
+        const std::vector<CLI::App*> parsed = app.get_subcommands();
+        std::string message = e.what();
+        if (parsed.empty()) {
+            std::string first;  // the first word that is not a flag
+            for (int i = 1; i < argc && first.empty(); ++i)
+                if (argv[i][0] != '-') first = argv[i];
+            if (!first.empty()) message = "unknown command '" + first + "'; the commands are " + commands;
+            else if (argc > 1) message = "unknown option '" + std::string(argv[1]) + "' before a command; the commands are " + commands;
+            else message = "a command is required: " + commands;
+        }
+        std::cerr << "joule: error: " << message << " (see joule " << (parsed.empty() ? "" : parsed.back()->get_name() + " ") << "--help)\n";
+        return 2;
     } catch (const joule::Error& e) {
         std::cerr << "joule: error: " << e.what() << '\n';
         return 1;

@@ -124,9 +124,8 @@ void add_profile(CLI::App& app) {
             o.batches = profile::parse_int_list(f->batches, "--batch");
             o.dtypes.clear();
             for (const std::string& d : profile::parse_list(f->dtypes, "--dtype")) {
-                const DType t = parse_dtype(d);
-                if (t == DType::F16) throw Error("--dtype f16: the cpu backend computes in f32 or bf16");
-                o.dtypes.push_back(t);
+                if (d != "f32" && d != "bf16") throw Error("--dtype " + d + ": the cpu backend computes in f32 or bf16", "use --dtype f32, bf16 or f32,bf16");
+                o.dtypes.push_back(parse_dtype(d));
             }
             o.threads.clear();
             for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) {

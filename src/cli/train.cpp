@@ -143,13 +143,17 @@ void add_train(CLI::App& app) {
     cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(number_in(1, 100000));
     auto* plan = cmd->add_option("--plan", f->plan, "plan file: device and precision per layer or node (see README: Plans)");
     for (const char* o : {"--dtype", "--dtype-scope"}) plan->excludes(o);
-    cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
+    auto* energy = cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
     cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
         ->capture_default_str()
-        ->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
-    cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)");
-    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(number_in(0));
-    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(number_in(0.1, 10000.0));
+        ->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}))
+        ->needs(energy);
+    cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)")
+        ->needs(energy);
+    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(number_in(0))
+        ->needs(energy);
+    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(number_in(0.1, 10000.0))
+        ->needs(energy);
     cmd->add_option("--eval-samples", f->eval_samples, "evaluate test accuracy on at most the first N test images (0: no evaluation; default: all)")
         ->check(number_in(0));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");

@@ -224,6 +224,19 @@ void save_efficiency(const EfficiencyModel& m, const std::string& path) {
     if (!f) throw Error(path + ": writing the efficiency file failed");
 }
 
+namespace {
+// OP[.grouped][.bf16|.f16], OP an op name: the keys efficiency_key() makes.
+bool valid_kind_key(const std::string& key) {
+    const std::string op = key.substr(0, key.find('.'));
+    bool known = false;
+    for (int k = 0; k < int(OpKind::Count) && !known; ++k) known = op == op_name(OpKind(k));
+    if (!known) return false;
+    std::string rest = key.substr(op.size());
+    if (rest.rfind(".grouped", 0) == 0) rest.erase(0, 8);
+    return rest.empty() || rest == ".bf16" || rest == ".f16";
+}
+}  // namespace
+
 EfficiencyModel load_efficiency(const std::string& path) {
     const YAML::Node y = hw::load_versioned_yaml(path, "the efficiency file", "write one with joule calibrate");
     auto at = [&](const YAML::Node& n) { return hw::yaml_where(path, n); };
@@ -267,6 +280,9 @@ EfficiencyModel load_efficiency(const std::string& path) {
     for (auto it = kinds.begin(); it != kinds.end(); ++it) {
         const std::string key = it->first.as<std::string>();
         const YAML::Node v = it->second;
+        if (!valid_kind_key(key))
+            throw Error(at(it->first) + ": unknown op kind '" + key + "'",
+                        "a kind is an op name (e.g. Conv2d, ConvBackwardWeights, Linear) with optional .grouped and .bf16 / .f16 suffixes, as joule calibrate writes");
         if (!v.IsMap()) throw Error(at(v) + ": kind '" + key + "' must be a map");
         KindEfficiency k;
         k.gemm = bool(v["half_m"]);

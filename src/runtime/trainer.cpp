@@ -124,6 +124,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     cfg.seq_len = o.seq_len;
     if (real_data) {
         split = data::load_fashion_mnist(o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir);
+        if (o.image_size != 0 && o.image_size != split.train.height)
+            throw Error("--image-size " + std::to_string(o.image_size) + ": Fashion-MNIST images are " + std::to_string(split.train.height) + "x" +
+                            std::to_string(split.train.height),
+                        "use --dataset synthetic for other sizes");
         cfg.image_size = split.train.height;
         cfg.in_channels = split.train.channels;
         cfg.classes = split.train.classes;
