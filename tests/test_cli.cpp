@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -134,8 +135,16 @@ TEST(Cli, ProfileSweepsStoresAndReports) {
     EXPECT_EQ(j[0]["energy"], "modelled");
     EXPECT_EQ(j[0]["timing"], "measured");
     EXPECT_FALSE(j[0]["nodes"].empty());
+    // reports read: the database is opened read-only (unchanged), a missing one is an error and not created
+    std::ifstream before_file(db, std::ios::binary);
+    const std::string before((std::istreambuf_iterator<char>(before_file)), {});
     r = run("profile --db " + db + " --report --csv " + csv);
     EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream after_file(db, std::ios::binary);
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_file)), {}), before);
+    const std::string missing = temp_path("missing.db");
+    expect_failure("profile --report --db " + missing, missing + ": no such profile database");
+    EXPECT_NE(access(missing.c_str(), F_OK), 0);
     std::ifstream f(csv);
     std::string header, row;
     std::getline(f, header);

@@ -47,7 +47,7 @@ void add_calibrate(CLI::App& app) {
         hw.require("joule calibrate");
         if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
         o.threads = f->threads, o.image_size = f->image_size, o.seq_len = f->seq_len;
-        const profile::Store db(f->db);
+        const profile::Store db(f->db, profile::Store::Mode::ReadOnly);
         const profile::CalibrationSet set = profile::calibration_samples(db, hw.config, o);
         predict::EfficiencyModel model = predict::fit_efficiency(set.samples);
         const predict::MemoryConfig& c = hw.config;

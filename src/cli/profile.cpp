@@ -116,7 +116,7 @@ void add_profile(CLI::App& app) {
     cmd->add_option("--csv", f->csv, "write the report as CSV to this file ('-': stdout)");
     cmd->add_flag("--json", f->json, "report as JSON on stdout (with every node)");
     cmd->callback([f, cmd] {
-        profile::Store db(f->db);
+        std::unique_ptr<profile::Store> store;  // opened for writing by a sweep, read-only by --report
         std::string filter;
         if (!f->report) {
             profile::SweepOptions o;
@@ -136,9 +136,10 @@ void add_profile(CLI::App& app) {
             o.meter = f->meter, o.device_spec = f->device_spec, o.force = f->force;
             o.energy.idle_seconds = f->idle_seconds;
             o.energy.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
+            store = std::make_unique<profile::Store>(f->db);  // after the flags are checked: a bad flag creates no file
             std::ostream& log = f->json || f->csv == "-" ? std::cerr : std::cout;
             std::string last_message;
-            profile::run_sweep(db, o, [&](const profile::SweepEvent& e) {
+            profile::run_sweep(*store, o, [&](const profile::SweepEvent& e) {
                 const std::string what = e.key.net + " batch " + std::to_string(e.key.batch) + " " + e.key.dtype + " " + std::to_string(e.key.threads) + " threads";
                 if (e.skipped) {
                     log << what << ": already in " << f->db << " (skipped; --force re-runs it)\n";
@@ -150,9 +151,11 @@ void add_profile(CLI::App& app) {
                     << e.key.meter_kind << ")\n";
             });
             if (o.nets.size() == 1) filter = o.nets.front();
-        } else if (cmd->count("--net")) {
-            filter = f->nets;
+        } else {
+            store = std::make_unique<profile::Store>(f->db, profile::Store::Mode::ReadOnly);
+            if (cmd->count("--net")) filter = f->nets;
         }
+        const profile::Store& db = *store;
         const auto ms = profile::derive_all(db, filter);
         if (!f->csv.empty()) {
             if (f->csv == "-") {
