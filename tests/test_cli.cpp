@@ -12,6 +12,7 @@
 #include <iterator>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -167,6 +168,18 @@ TEST(Cli, AnalyzeModelsAndSweeps) {
     r = run("analyze --net lenet5 --batch 16 --capacity 64KiB --bandwidth 100GB/s --peak 1TFLOPS --sweep capacity=16KiB..1MiB --csv -");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 8) << r.out;  // header + 7 capacities
+    {
+        // exact values: 16KiB is 16384 (not 1.6384e+04), and every row has as many fields as the header
+        std::istringstream lines(r.out);
+        std::string header, row;
+        std::getline(lines, header);
+        std::getline(lines, row);
+        EXPECT_EQ(row.rfind("16384,100000000000,", 0), 0u) << row;
+        EXPECT_EQ(std::count(row.begin(), row.end(), ','), std::count(header.begin(), header.end(), ',')) << header << "\n" << row;
+        EXPECT_EQ(r.out.find("e+"), std::string::npos) << r.out;  // byte counts print in full
+    }
+    r = run("analyze --net resnet18 --batch 2 --device gpu-nvidia-v100-sxm2 --csv -");
+    EXPECT_EQ(r.out.find("\n6291456,900000000000,"), r.out.find('\n')) << r.out;  // the V100's 6 MiB L2 and 900 GB/s, in full
     r = run("analyze --net bert-tiny --batch 2 --seq-len 32 --device gpu-nvidia-a100-sxm4-40gb --dtype bf16 --sweep bandwidth=500GB/s..2TB/s");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("sweep (modelled"), std::string::npos) << r.out;

@@ -171,11 +171,12 @@ void add_analyze(CLI::App& app) {
                 sweep.add({bytes_str(cap), fixed(bw / 1e9, 0) + " GB/s", bytes_str(p.read_bytes), bytes_str(p.write_bytes), fixed(p.time_s * 1e3, 3),
                            fixed(100 * p.utilisation, 1) + " %", fixed(p.avg_bandwidth_bytes_per_s / 1e9, 1), share("conv"), share("fc"), share("norm"),
                            share("activation"), share("pooling"), fixed(traffic > 0 ? 100 * other / traffic : 0, 1) + " %"});
-                csv << cap << "," << bw << "," << p.read_bytes << "," << p.write_bytes << "," << p.time_s << "," << p.utilisation << ","
-                    << p.avg_bandwidth_bytes_per_s << "," << p.peak_bandwidth_bytes_per_s << "," << p.peak_occupancy_bytes;
-                for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "other"}) {
+                csv << exact(cap) << "," << exact(bw) << "," << exact(p.read_bytes) << "," << exact(p.write_bytes) << "," << exact(p.time_s) << ","
+                    << exact(p.utilisation) << "," << exact(p.avg_bandwidth_bytes_per_s) << "," << exact(p.peak_bandwidth_bytes_per_s) << ","
+                    << exact(p.peak_occupancy_bytes);
+                for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "cast", "transfer", "other"}) {
                     auto it = types.find(t);
-                    csv << "," << (it == types.end() ? 0.0 : it->second.read + it->second.write);
+                    csv << "," << exact(it == types.end() ? 0.0 : it->second.read + it->second.write);
                 }
                 csv << "\n";
                 if (f->json) out.push_back(to_json(g, p, c, f->layers));

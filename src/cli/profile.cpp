@@ -64,10 +64,11 @@ void write_csv(const std::vector<profile::ConfigMetrics>& ms, std::ostream& os) 
     for (const auto& m : ms) {
         const auto& c = m.config;
         os << c.key.net << "," << c.key.device << "," << c.key.dtype << "," << c.key.batch << "," << c.key.threads << "," << c.key.meter_kind << ",\""
-           << c.meter << "\"," << c.iters << "," << c.step_s << "," << c.step_spread_s << "," << m.images_per_s << "," << m.gflops_per_s << ","
-           << m.avg_power_w << "," << m.gflops_per_w << "," << m.joules_per_image << "," << c.idle_w << "," << c.idle_j << "," << c.ops_j << ","
-           << c.total_j;
-        for (const char* t : profile::kLayerTypes) os << "," << m.by_type.at(t).seconds << "," << m.by_type.at(t).joules;
+           << c.meter << "\"," << c.iters;
+        for (double v : {c.step_s, c.step_spread_s, m.images_per_s, m.gflops_per_s, m.avg_power_w, m.gflops_per_w, m.joules_per_image, c.idle_w, c.idle_j,
+                         c.ops_j, c.total_j})
+            os << "," << exact(v);
+        for (const char* t : profile::kLayerTypes) os << "," << exact(m.by_type.at(t).seconds) << "," << exact(m.by_type.at(t).joules);
         os << "\n";
     }
 }
