@@ -55,7 +55,9 @@ TEST(Cli, NetsListsTheZoo) {
     const Result r = run("nets");
     EXPECT_EQ(r.code, 0);
     EXPECT_NE(r.out.find("resnet50"), std::string::npos);
-    const auto j = run_json("nets --json");
+    const auto out = run_json("nets --json");
+    EXPECT_EQ(out["schema"], "joule.nets/1");
+    const auto& j = out["nets"];
     ASSERT_EQ(j.size(), 9u);
     EXPECT_EQ(j[0]["name"], "lenet5");
     EXPECT_EQ(j[0]["parameters"], 61706);
@@ -131,7 +133,9 @@ TEST(Cli, ProfileSweepsStoresAndReports) {
     EXPECT_NE(r.out.find("(mod)"), std::string::npos) << r.out;
     r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --meter modelled" + std::string(kSpec));
     EXPECT_NE(r.out.find("already in"), std::string::npos) << r.out;
-    const auto j = run_json("profile --db " + db + " --report --json");
+    const auto out = run_json("profile --db " + db + " --report --json");
+    EXPECT_EQ(out["schema"], "joule.profile/1");
+    const auto& j = out["configs"];
     ASSERT_EQ(j.size(), 2u);
     EXPECT_EQ(j[0]["energy"], "modelled");
     EXPECT_EQ(j[0]["timing"], "measured");
@@ -336,6 +340,26 @@ TEST(Cli, ErrorsReadTheSameEverywhere) {
     expect_failure("train --device-spec cpu-amd-epyc-turin-2vcpu --steps 1", "--device-spec requires --energy");
     expect_failure("train --sample-ms 5 --steps 1", "--sample-ms requires --energy");
     expect_failure("train --image-size 32 --steps 1", "--image-size 32: Fashion-MNIST images are 28x28");
+}
+
+TEST(Cli, EveryJsonOutputNamesItsSchema) {
+    const std::string db = temp_path("schema.db"), eff = temp_path("schema.yaml");
+    const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS";
+    ASSERT_EQ(run("profile --db " + db + " --batch 2 --threads 1 --iters 1 --warmup 0 --meter modelled" + std::string(kSpec)).code, 0);
+    const std::pair<std::string, std::string> cases[] = {
+        {"train --dataset synthetic --steps 1 --batch 2 --threads 1 --json", "joule.train/1"},
+        {"nets --json", "joule.nets/1"},
+        {"inspect lenet5 --json", "joule.inspect/1"},
+        {"analyze --net lenet5 --batch 2 --json" + hw, "joule.analyze/1"},
+        {"profile --db " + db + " --report --json", "joule.profile/1"},
+        {"probe --array-mib 1 --gemm-size 64 --repeats 1 --threads 1 --json", "joule.probe/1"},
+        {"calibrate --db " + db + " --out " + eff + " --json" + hw, "joule.calibrate/1"},
+    };
+    for (const auto& [args, schema] : cases) {
+        const auto j = run_json(args);
+        ASSERT_TRUE(j.is_object()) << args;
+        EXPECT_EQ(j["schema"], schema) << args;
+    }
 }
 
 TEST(Cli, BadInputsFailClearly) {

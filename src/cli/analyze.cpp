@@ -192,7 +192,7 @@ void add_analyze(CLI::App& app) {
             }
         }
         if (f->json) {
-            std::cout << nlohmann::json{{"net", f->net.net}, {"batch", f->net.batch}, {"dtype", f->net.dtype}, {"results", out}}.dump(2) << '\n';
+            std::cout << nlohmann::json{{"schema", "joule.analyze/1"}, {"net", f->net.net}, {"batch", f->net.batch}, {"dtype", f->net.dtype}, {"results", out}}.dump(2) << '\n';
         } else if (swept && f->csv != "-") {
             std::cout << "sweep (modelled; traffic share per layer type):\n";
             sweep.print(std::cout);

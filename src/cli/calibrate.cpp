@@ -82,7 +82,7 @@ void add_calibrate(CLI::App& app) {
             for (const auto& [key, k] : model.kinds)
                 kinds[key] = {{"fixed_seconds", k.fixed_s}, {"compute_scale", k.compute_scale}, {"memory_scale", k.memory_scale}, {"half_m", k.half_m},
                               {"half_n", k.half_n}, {"half_k", k.half_k}, {"samples", k.samples}, {"outliers", k.outliers}, {"error", k.error}};
-            std::cout << nlohmann::json{{"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
+            std::cout << nlohmann::json{{"schema", "joule.calibrate/1"}, {"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
                                         {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n}}
                              .dump(2)
                       << '\n';

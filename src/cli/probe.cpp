@@ -25,7 +25,7 @@ void add_probe(CLI::App& app) {
         cpu::check_threads(o->threads, *oversubscribe);
         const cpu::ProbeResult r = cpu::probe(*o);
         if (*json) {
-            std::cout << nlohmann::json{{"kind", "measured"}, {"threads", r.threads}, {"copy_gbps", r.copy_gbps}, {"triad_gbps", r.triad_gbps},
+            std::cout << nlohmann::json{{"schema", "joule.probe/1"}, {"kind", "measured"}, {"threads", r.threads}, {"copy_gbps", r.copy_gbps}, {"triad_gbps", r.triad_gbps},
                                         {"gemm_size", r.gemm_size}, {"gemm_gflops_f32", r.gemm_gflops_f32}, {"gemm_gflops_bf16", r.gemm_gflops_bf16}, {"op_overhead_seconds", r.op_overhead_s},
                                         {"array_bytes", r.array_bytes}}
                              .dump(2)

@@ -167,7 +167,7 @@ void add_profile(CLI::App& app) {
                 write_csv(ms, out);
             }
         }
-        if (f->json) std::cout << to_json(ms, db).dump(2) << '\n';
+        if (f->json) std::cout << nlohmann::json{{"schema", "joule.profile/1"}, {"configs", to_json(ms, db)}}.dump(2) << '\n';
         else if (f->csv != "-") print_report(ms);
     });
 }

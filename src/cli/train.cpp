@@ -213,7 +213,7 @@ void add_train(CLI::App& app) {
             throw;
         }
         if (f->json) {
-            nlohmann::json j = {{"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
+            nlohmann::json j = {{"schema", "joule.train/1"}, {"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
                                 {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},
                                 {"step_seconds", r.step_seconds}, {"step_modelled_seconds", r.step_modelled_seconds},
                                 {"step_wall_seconds", r.step_wall_seconds}, {"emulation_seconds", r.emulation_seconds}, {"timed_steps", r.timed_steps},
