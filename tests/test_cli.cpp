@@ -199,7 +199,14 @@ TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     EXPECT_NE(r.out.find("wrote " + eff), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("ConvBackwardWeights"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("in-sample check"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("mean absolute error"), r.out.rfind("mean absolute error")) << r.out;  // said once
+    // two configurations of LeNet-5 are few points for six-parameter curves: a warning on stderr
+    EXPECT_NE(r.out.find("joule: warning: fitted from fewer points than twice their parameters"), std::string::npos) << r.out;
+    r = run("calibrate --db " + db + " --out " + eff + " --exclude lenet5:4" + hw);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.find("mean absolute error"), std::string::npos) << r.out;  // one configuration: its row says it
     const auto c = run_json("calibrate --db " + db + " --out " + eff + " --exclude lenet5:4 --json" + hw);
+    EXPECT_FALSE(c["warnings"].empty());
     ASSERT_EQ(c["configs"].size(), 1u);
     EXPECT_EQ(c["configs"][0]["batch"], 2);
     EXPECT_GE(c["calibrated_mean_abs_error"].get<double>(), 0);

@@ -164,6 +164,24 @@ TEST(Efficiency, LoadNamesWhatIsWrong) {
     test::expect_error([&] { load_efficiency("/tmp"); }, "/tmp: cannot open the efficiency file: it is a directory");
 }
 
+TEST(Efficiency, WarnsOfFitsFromFewPointsOrMostlyOutliers) {
+    EfficiencyModel m;
+    KindEfficiency ok, few, gemm, busy;
+    ok.samples = 12;                                   // 12 points, 3 parameters
+    few.samples = 5;                                   // 5 < 2 x 3
+    gemm.gemm = true, gemm.samples = 10;               // 10 < 2 x 6
+    busy.samples = 20, busy.outliers = 11;             // most dropped (9 left: enough points)
+    m.kinds = {{"Add", ok}, {"Relu", few}, {"Linear", gemm}, {"MaxPool2d", busy}};
+    const std::vector<std::string> w = fit_warnings(m);
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_NE(w[0].find("Linear (10 points, 6 parameters), Relu (5 points, 3 parameters)"), std::string::npos) << w[0];
+    EXPECT_EQ(w[0].find("Add"), std::string::npos) << w[0];
+    EXPECT_NE(w[1].find("most points dropped as outliers"), std::string::npos) << w[1];
+    EXPECT_NE(w[1].find("MaxPool2d (11 of 20)"), std::string::npos) << w[1];
+    m.kinds = {{"Add", ok}};
+    EXPECT_TRUE(fit_warnings(m).empty());
+}
+
 TEST(Efficiency, DrivesNodeTimesInTheMemoryModel) {
     // X[64, 256] -> Linear(128) -> Relu: the Linear is calibrated, the Relu keeps the roofline.
     Graph g;

@@ -55,6 +55,8 @@ void add_calibrate(CLI::App& app) {
         model.fitted_from = f->db + ": " + std::to_string(set.configs.size()) + " configurations, threads " + std::to_string(set.configs.front().key.threads) +
                             (o.exclude.empty() ? "" : ", excluding " + f->exclude);
         predict::save_efficiency(model, f->out);
+        const std::vector<std::string> warnings = predict::fit_warnings(model);
+        for (const std::string& w : warnings) std::cerr << "joule: warning: " << w << '\n';
 
         // In-sample check: the step each configuration measured against the roofline and the curves.
         nlohmann::json configs = nlohmann::json::array();
@@ -83,7 +85,8 @@ void add_calibrate(CLI::App& app) {
                 kinds[key] = {{"fixed_seconds", k.fixed_s}, {"compute_scale", k.compute_scale}, {"memory_scale", k.memory_scale}, {"half_m", k.half_m},
                               {"half_n", k.half_n}, {"half_k", k.half_k}, {"samples", k.samples}, {"outliers", k.outliers}, {"error", k.error}};
             std::cout << nlohmann::json{{"schema", "joule.calibrate/1"}, {"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
-                                        {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n}}
+                                        {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n},
+                                        {"warnings", warnings}}
                              .dump(2)
                       << '\n';
             return;
@@ -101,7 +104,8 @@ void add_calibrate(CLI::App& app) {
         std::cout << "\nin-sample check: measured step against the modelled roofline and calibrated steps (the configurations fitted from;\n"
                      "hold some out with --exclude to validate):\n";
         t.print(std::cout);
-        std::cout << "mean absolute error: roofline " << fixed(100 * roof_err / n, 1) << " %, calibrated " << fixed(100 * cal_err / n, 1) << " %\n";
+        if (set.configs.size() > 1)  // with one configuration its row above says it already
+            std::cout << "mean absolute error: roofline " << fixed(100 * roof_err / n, 1) << " %, calibrated " << fixed(100 * cal_err / n, 1) << " %\n";
     });
 }
 

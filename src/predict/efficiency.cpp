@@ -163,6 +163,25 @@ const KindEfficiency* EfficiencyModel::find(const std::string& key) const {
     return it == kinds.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> fit_warnings(const EfficiencyModel& m) {
+    std::string few, dropped;
+    for (const auto& [key, k] : m.kinds) {
+        const int64_t params = k.gemm ? 6 : 3, used = k.samples - k.outliers;
+        if (used < 2 * params)
+            few += (few.empty() ? "" : ", ") + key + " (" + std::to_string(used) + (used == 1 ? " point, " : " points, ") + std::to_string(params) + " parameters)";
+        if (k.samples > 0 && 2 * k.outliers > k.samples)
+            dropped += (dropped.empty() ? "" : ", ") + key + " (" + std::to_string(k.outliers) + " of " + std::to_string(k.samples) + ")";
+    }
+    std::vector<std::string> out;
+    if (!few.empty())
+        out.push_back("fitted from fewer points than twice their parameters, so their curves can pass through the points and their error says little: " +
+                      few + "; profile more batch sizes or nets");
+    if (!dropped.empty())
+        out.push_back("most points dropped as outliers (measured over 3x a robust first fit): " + dropped +
+                      "; the machine was likely busy while profiling (re-run joule profile --force)");
+    return out;
+}
+
 std::string efficiency_key(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
     std::string key = op_name(n.kind);
