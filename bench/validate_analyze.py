@@ -53,7 +53,7 @@ def main():
     for net, _, batches in NETS:
         run([a.joule, "profile", "--db", db, "--net", net, "--batch", ",".join(map(str, batches)), "--iters", str(a.iters), "--warmup", "1",
              "--threads", str(a.threads), "--meter", "modelled"], parse=False)
-    measured = {(c["net"], c["batch"]): c["step_seconds"] for c in run([a.joule, "profile", "--db", db, "--report", "--json"])
+    measured = {(c["net"], c["batch"]): c["step_seconds"] for c in run([a.joule, "profile", "--db", db, "--report", "--json"])["configs"]
                 if c["threads"] == a.threads and c["dtype"] == "f32"}
 
     def predict(net, size, b, efficiency=None):

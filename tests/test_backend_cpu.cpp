@@ -1,10 +1,12 @@
 // backend/cpu: every op's forward against a naive reference (logical indexing, so nhwc storage is
 // checked too), BatchNorm training/eval semantics, bf16 against f32, and supports().
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <random>
 
+#include "backend/cpu/cores.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "graph/autodiff.hpp"
 #include "graph/error.hpp"
@@ -335,4 +337,25 @@ TEST(CpuBackend, OutOfRangeLabelIsAnError) {
 }
 
 }  // namespace
+TEST(CpuBackend, ThreadsCountTheAffinityMask) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+    const int cores = CPU_COUNT(&set);
+    EXPECT_EQ(cpu::usable_cores(), cores);
+    EXPECT_EQ(cpu::CpuBackend(0).threads(), cores);  // 0: all cores this process may run on
+    EXPECT_NO_THROW(cpu::check_threads(0, false));
+    EXPECT_NO_THROW(cpu::check_threads(cores, false));
+    try {
+        cpu::check_threads(cores + 1, false);
+        ADD_FAILURE() << "more threads than cores accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("may run on " + std::to_string(cores) + " core"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--oversubscribe"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(cpu::check_threads(cores + 1, true));
+    EXPECT_THROW(cpu::check_threads(-1, true), Error);
+    EXPECT_THROW(cpu::check_threads(int64_t(1) << 40, true), Error);
+}
+
 }  // namespace joule

@@ -1,6 +1,7 @@
 // cli/: end-to-end runs of the joule binary: every command, --json output, and bad flags / inputs
 // giving a clear message and a non-zero exit code.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
@@ -8,8 +9,10 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -52,7 +55,9 @@ TEST(Cli, NetsListsTheZoo) {
     const Result r = run("nets");
     EXPECT_EQ(r.code, 0);
     EXPECT_NE(r.out.find("resnet50"), std::string::npos);
-    const auto j = run_json("nets --json");
+    const auto out = run_json("nets --json");
+    EXPECT_EQ(out["schema"], "joule.nets/1");
+    const auto& j = out["nets"];
     ASSERT_EQ(j.size(), 9u);
     EXPECT_EQ(j[0]["name"], "lenet5");
     EXPECT_EQ(j[0]["parameters"], 61706);
@@ -128,13 +133,23 @@ TEST(Cli, ProfileSweepsStoresAndReports) {
     EXPECT_NE(r.out.find("(mod)"), std::string::npos) << r.out;
     r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --meter modelled" + std::string(kSpec));
     EXPECT_NE(r.out.find("already in"), std::string::npos) << r.out;
-    const auto j = run_json("profile --db " + db + " --report --json");
+    const auto out = run_json("profile --db " + db + " --report --json");
+    EXPECT_EQ(out["schema"], "joule.profile/1");
+    const auto& j = out["configs"];
     ASSERT_EQ(j.size(), 2u);
     EXPECT_EQ(j[0]["energy"], "modelled");
     EXPECT_EQ(j[0]["timing"], "measured");
     EXPECT_FALSE(j[0]["nodes"].empty());
+    // reports read: the database is opened read-only (unchanged), a missing one is an error and not created
+    std::ifstream before_file(db, std::ios::binary);
+    const std::string before((std::istreambuf_iterator<char>(before_file)), {});
     r = run("profile --db " + db + " --report --csv " + csv);
     EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream after_file(db, std::ios::binary);
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_file)), {}), before);
+    const std::string missing = temp_path("missing.db");
+    expect_failure("profile --report --db " + missing, missing + ": no such profile database");
+    EXPECT_NE(access(missing.c_str(), F_OK), 0);
     std::ifstream f(csv);
     std::string header, row;
     std::getline(f, header);
@@ -157,6 +172,18 @@ TEST(Cli, AnalyzeModelsAndSweeps) {
     r = run("analyze --net lenet5 --batch 16 --capacity 64KiB --bandwidth 100GB/s --peak 1TFLOPS --sweep capacity=16KiB..1MiB --csv -");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 8) << r.out;  // header + 7 capacities
+    {
+        // exact values: 16KiB is 16384 (not 1.6384e+04), and every row has as many fields as the header
+        std::istringstream lines(r.out);
+        std::string header, row;
+        std::getline(lines, header);
+        std::getline(lines, row);
+        EXPECT_EQ(row.rfind("16384,100000000000,", 0), 0u) << row;
+        EXPECT_EQ(std::count(row.begin(), row.end(), ','), std::count(header.begin(), header.end(), ',')) << header << "\n" << row;
+        EXPECT_EQ(r.out.find("e+"), std::string::npos) << r.out;  // byte counts print in full
+    }
+    r = run("analyze --net resnet18 --batch 2 --device gpu-nvidia-v100-sxm2 --csv -");
+    EXPECT_EQ(r.out.find("\n6291456,900000000000,"), r.out.find('\n')) << r.out;  // the V100's 6 MiB L2 and 900 GB/s, in full
     r = run("analyze --net bert-tiny --batch 2 --seq-len 32 --device gpu-nvidia-a100-sxm4-40gb --dtype bf16 --sweep bandwidth=500GB/s..2TB/s");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("sweep (modelled"), std::string::npos) << r.out;
@@ -172,7 +199,14 @@ TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     EXPECT_NE(r.out.find("wrote " + eff), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("ConvBackwardWeights"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("in-sample check"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("mean absolute error"), r.out.rfind("mean absolute error")) << r.out;  // said once
+    // two configurations of LeNet-5 are few points for six-parameter curves: a warning on stderr
+    EXPECT_NE(r.out.find("joule: warning: fitted from fewer points than twice their parameters"), std::string::npos) << r.out;
+    r = run("calibrate --db " + db + " --out " + eff + " --exclude lenet5:4" + hw);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.find("mean absolute error"), std::string::npos) << r.out;  // one configuration: its row says it
     const auto c = run_json("calibrate --db " + db + " --out " + eff + " --exclude lenet5:4 --json" + hw);
+    EXPECT_FALSE(c["warnings"].empty());
     ASSERT_EQ(c["configs"].size(), 1u);
     EXPECT_EQ(c["configs"][0]["batch"], 2);
     EXPECT_GE(c["calibrated_mean_abs_error"].get<double>(), 0);
@@ -217,8 +251,126 @@ TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     expect_failure("probe --array-mib -1", "--array-mib");
 }
 
+int usable_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof(set), &set);
+    return CPU_COUNT(&set);
+}
+
+TEST(Cli, ThreadsAboveTheCoresAreRefusedUnlessInsisted) {
+    const std::string more = std::to_string(usable_cores() + 1), cores = std::to_string(usable_cores());
+    for (const std::string& args : {"train --dataset synthetic --steps 1 --threads " + more, "probe --threads " + more,
+                                    "profile --db /tmp/joule_cli_threads.db --threads 1," + more})
+        expect_failure(args, "--threads " + more + ": this process may run on " + cores + " core");
+    const auto j = run_json("train --dataset synthetic --steps 1 --batch 2 --threads " + more + " --oversubscribe --json");
+    EXPECT_EQ(j["threads"], usable_cores() + 1);
+    const auto all = run_json("train --dataset synthetic --steps 1 --batch 2 --threads 0 --json");
+    EXPECT_EQ(all["threads"], usable_cores());  // 0: the affinity mask's cores
+}
+
+TEST(Cli, NonFiniteNumbersAreRefused) {
+    // every floating-point flag of every command, and the quantities with units
+    for (const std::string flag : {"train --lr", "train --momentum", "train --weight-decay", "train --idle-seconds", "train --sample-ms",
+                                    "profile --idle-seconds", "profile --sample-ms", "probe --array-mib"})
+        for (const std::string v : {"nan", "inf", "-inf", "1e999"})
+            expect_failure(flag + " " + v, "'" + v + "' is not a finite number");
+    expect_failure("analyze --net lenet5 --capacity nan --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: 'nan' is not a finite number");
+    expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth infGB/s --peak 1TFLOPS", "--bandwidth: 'infGB/s' is not a finite number");
+    expect_failure("calibrate --peak nanTFLOPS --capacity 1MiB --bandwidth 1GB/s", "--peak: 'nanTFLOPS' is not a finite number");
+    // a float overflow after conversion is caught by the trainer
+    expect_failure("train --dataset synthetic --steps 1 --optimizer sgd --lr 1e39", "--lr must be a positive finite number");
+    // ranges are printed readably (never DBL_MAX in full)
+    expect_failure("train --lr 0", "--lr: '0' is out of range: must be > 0");
+    expect_failure("train --batch 0", "--batch: '0' is out of range: must be in [1, 1048576]");
+    expect_failure("train --idle-seconds -1", "--idle-seconds: '-1' is out of range: must be >= 0");
+}
+
+TEST(Cli, TrainStopsOnANonFiniteLoss) {
+    // a huge learning rate diverges at the second step: the error names the step and the first non-finite forward output
+    Result r = run("train --dataset synthetic --optimizer sgd --lr 1e30 --steps 20 --threads 1");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("joule: error: step 2 of epoch 1: the loss is "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the first forward node with a non-finite output is 'conv2' (Conv2d)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("lower --lr"), std::string::npos) << r.out;
+    // one past float range makes the parameters themselves non-finite: named first
+    r = run("train --net resnet18 --image-size 32 --batch 2 --dataset synthetic --optimizer sgd --lr 3e38 --steps 20 --threads 1");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("parameter '"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("' holds "), std::string::npos) << r.out;
+}
+
+TEST(Cli, TrainEvaluationCanBeCappedAndShowsProgress) {
+    const auto j = run_json("train --steps 2 --threads 1 --eval-samples 100 --batch 32 --json");
+    EXPECT_EQ(j["test_samples"], 100);  // the first 100 test images (the last batch padded)
+    EXPECT_TRUE(j.contains("test_accuracy"));
+    const auto none = run_json("train --steps 2 --threads 1 --eval-samples 0 --json");
+    EXPECT_FALSE(none.contains("test_accuracy"));
+    const Result r = run("train --steps 2 --threads 1 --eval-samples 100 --batch 32");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("test  [##############################]   100/100"), std::string::npos) << r.out;  // progress on stderr
+    EXPECT_NE(r.out.find("test accuracy"), std::string::npos) << r.out;
+    expect_failure("train --dataset synthetic --eval-samples 10", "--eval-samples applies to --dataset fashion-mnist only");
+    expect_failure("train --eval-samples -1", "--eval-samples: '-1' is out of range: must be >= 0");
+}
+
+TEST(Cli, ErrorsReadTheSameEverywhere) {
+    // CLI11's parse errors carry the joule prefix and exit non-zero; --help and --version still exit 0
+    Result r = run("train --frobnicate");
+    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(r.out.rfind("joule: error: ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("--frobnicate"), std::string::npos) << r.out;
+    for (const std::string args : {"--help", "--version", "train --help", "analyze --help"}) {
+        r = run(args);
+        EXPECT_EQ(r.code, 0) << args << ": " << r.out;
+        EXPECT_EQ(r.out.find("error"), std::string::npos) << args << ": " << r.out;
+    }
+    expect_failure("frobnicate", "joule: error: unknown command 'frobnicate'; the commands are train, nets, inspect, profile, analyze, probe, calibrate");
+    expect_failure("train --lr nan", "joule: error: --lr: 'nan' is not a finite number");
+    // files and quantities
+    expect_failure("analyze --net lenet5 --device /tmp", "/tmp: cannot open device spec: it is a directory");
+    EXPECT_EQ(run("analyze --net lenet5 --device gpu-nvidia-v100-sxm2 --overhead 0us").code, 0);
+    expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth 0 --peak 1TFLOPS", "--bandwidth: '0' must be positive");
+    expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth 1GB/s --peak -1", "--peak: '-1' must be positive");
+    expect_failure("analyze --net lenet5 --capacity 0.5B --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: '0.5B' is less than one byte");
+    expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep capacity=1MiB,2MiB --sweep capacity=4MiB", "--sweep capacity is given twice");
+    // a batch that cannot fit the device's memory is not modelled
+    expect_failure("analyze --net vgg16 --batch 1048576 --device gpu-nvidia-v100-sxm2",
+                   "vgg16 batch 1048576 needs 88.5 TiB of tensor memory (its memory plan), but gpu-nvidia-v100-sxm2 has 32.0 GiB");
+    // values a command does not accept, and flags it would ignore
+    r = run("profile --db " + temp_path("dtype.db") + " --dtype f64");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("--dtype f64: the cpu backend computes in f32 or bf16"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("or f16"), std::string::npos) << r.out;  // only accepted values suggested
+    expect_failure("calibrate --net foo --device gpu-nvidia-v100-sxm2", "unknown network 'foo'");
+    expect_failure("calibrate --exclude foo:4 --device gpu-nvidia-v100-sxm2", "unknown network 'foo'");
+    expect_failure("train --device-spec cpu-amd-epyc-turin-2vcpu --steps 1", "--device-spec requires --energy");
+    expect_failure("train --sample-ms 5 --steps 1", "--sample-ms requires --energy");
+    expect_failure("train --image-size 32 --steps 1", "--image-size 32: Fashion-MNIST images are 28x28");
+}
+
+TEST(Cli, EveryJsonOutputNamesItsSchema) {
+    const std::string db = temp_path("schema.db"), eff = temp_path("schema.yaml");
+    const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS";
+    ASSERT_EQ(run("profile --db " + db + " --batch 2 --threads 1 --iters 1 --warmup 0 --meter modelled" + std::string(kSpec)).code, 0);
+    const std::pair<std::string, std::string> cases[] = {
+        {"train --dataset synthetic --steps 1 --batch 2 --threads 1 --json", "joule.train/1"},
+        {"nets --json", "joule.nets/1"},
+        {"inspect lenet5 --json", "joule.inspect/1"},
+        {"analyze --net lenet5 --batch 2 --json" + hw, "joule.analyze/1"},
+        {"profile --db " + db + " --report --json", "joule.profile/1"},
+        {"probe --array-mib 1 --gemm-size 64 --repeats 1 --threads 1 --json", "joule.probe/1"},
+        {"calibrate --db " + db + " --out " + eff + " --json" + hw, "joule.calibrate/1"},
+    };
+    for (const auto& [args, schema] : cases) {
+        const auto j = run_json(args);
+        ASSERT_TRUE(j.is_object()) << args;
+        EXPECT_EQ(j["schema"], schema) << args;
+    }
+}
+
 TEST(Cli, BadInputsFailClearly) {
-    expect_failure("", "A subcommand is required");
+    expect_failure("", "joule: error: a command is required: train, nets, inspect, profile, analyze, probe, calibrate");
     expect_failure("train --batch 0", "--batch");
     expect_failure("train --epochs -1", "--epochs");
     expect_failure("train --net resnet1000", "unknown network 'resnet1000'");

@@ -154,6 +154,32 @@ TEST(Efficiency, LoadNamesWhatIsWrong) {
     test::expect_error([&] { load_efficiency(temp_file("g.yaml", head + "  Linear: {fixed_s: 0, compute_scale: 1, memory_scale: 1, half_m: 4}\n")); },
                        "kind 'Linear' needs 'half_n'");
     test::expect_error([&] { load_efficiency(temp_file("y.yaml", "version: [1\n")); }, "invalid YAML");
+    // a misspelt op kind, or a suffix calibrate never writes, names the kind, file and line
+    test::expect_error([&] { load_efficiency(temp_file("o.yaml", head + "  Add: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n  Conv2D: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
+                       "o.yaml:6: unknown op kind 'Conv2D'");
+    test::expect_error([&] { load_efficiency(temp_file("p.yaml", head + "  Add.f64: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
+                       "p.yaml:5: unknown op kind 'Add.f64'");
+    EXPECT_NO_THROW(load_efficiency(temp_file("q.yaml", head + "  Conv2d.grouped.bf16: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")));
+    // a directory given as the file
+    test::expect_error([&] { load_efficiency("/tmp"); }, "/tmp: cannot open the efficiency file: it is a directory");
+}
+
+TEST(Efficiency, WarnsOfFitsFromFewPointsOrMostlyOutliers) {
+    EfficiencyModel m;
+    KindEfficiency ok, few, gemm, busy;
+    ok.samples = 12;                                   // 12 points, 3 parameters
+    few.samples = 5;                                   // 5 < 2 x 3
+    gemm.gemm = true, gemm.samples = 10;               // 10 < 2 x 6
+    busy.samples = 20, busy.outliers = 11;             // most dropped (9 left: enough points)
+    m.kinds = {{"Add", ok}, {"Relu", few}, {"Linear", gemm}, {"MaxPool2d", busy}};
+    const std::vector<std::string> w = fit_warnings(m);
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_NE(w[0].find("Linear (10 points, 6 parameters), Relu (5 points, 3 parameters)"), std::string::npos) << w[0];
+    EXPECT_EQ(w[0].find("Add"), std::string::npos) << w[0];
+    EXPECT_NE(w[1].find("most points dropped as outliers"), std::string::npos) << w[1];
+    EXPECT_NE(w[1].find("MaxPool2d (11 of 20)"), std::string::npos) << w[1];
+    m.kinds = {{"Add", ok}};
+    EXPECT_TRUE(fit_warnings(m).empty());
 }
 
 TEST(Efficiency, DrivesNodeTimesInTheMemoryModel) {

@@ -281,6 +281,8 @@ TEST(DeviceSpec, LoadsAndRejectsBadFiles) {
     test::expect_error([&] { hw::load_device_spec(spec_file("nan.yaml", "version: 1\nname: t\nkind: cpu\ncores: many\nsources: {cores: x}\n")); }, "'cores' must be a number");
     test::expect_error([&] { hw::load_device_spec(spec_file("bad.yaml", "version: 1\nname: [t\n")); }, "invalid YAML");
     test::expect_error([&] { hw::load_device_spec((d / "absent.yaml").string()); }, "cannot open device spec");
+    test::expect_error([&] { hw::load_device_spec(d.string()); }, d.string() + ": cannot open device spec: it is a directory");
+    EXPECT_EQ(hw::load_device_spec(hw::data_file("gpu-nvidia-v100-sxm2", "hw")).mem_gib, 32);  // memory capacity, for analyze's fit check
     test::expect_error([&] { hw::find_cpu_spec("no-such-cpu"); }, "no CPU spec named 'no-such-cpu'");
 }
 

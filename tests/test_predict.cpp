@@ -193,6 +193,17 @@ TEST(Units, ParseAndReject) {
     test::expect_error([] { parse_bandwidth("900", "--bandwidth"); }, "unknown unit ''");
     test::expect_error([] { parse_bytes("-4MiB", "--capacity"); }, "must be positive");
     test::expect_error([] { parse_sweep("8MiB..1MiB", parse_bytes, "--sweep capacity"); }, "ends below its start");
+    EXPECT_DOUBLE_EQ(parse_seconds("0us", "--overhead"), 0);  // zero is a valid overhead, with or without a unit
+    test::expect_error([] { parse_bandwidth("0", "--bandwidth"); }, "--bandwidth: '0' must be positive");
+    test::expect_error([] { parse_flops("-1", "--peak"); }, "--peak: '-1' must be positive");
+    test::expect_error([] { parse_bytes("0.5B", "--capacity"); }, "--capacity: '0.5B' is less than one byte");
+    test::expect_error([] { parse_seconds("-1us", "--overhead"); }, "must be zero or positive");
+    for (const char* bad : {"nan", "inf", "-infGB/s", "nanTFLOPS"}) {
+        test::expect_error([&] { parse_bytes(bad, "--capacity"); }, "is not a finite number");
+        test::expect_error([&] { parse_bandwidth(bad, "--bandwidth"); }, "is not a finite number");
+        test::expect_error([&] { parse_flops(bad, "--peak"); }, "is not a finite number");
+        test::expect_error([&] { parse_seconds(bad, "--overhead"); }, "is not a finite number");
+    }
 }
 
 }  // namespace

@@ -95,6 +95,36 @@ TEST(Store, NewDatabaseIsVersionedWalAndTagged) {
     EXPECT_EQ(sql_value(p, "PRAGMA application_id"), std::to_string(0x4A4F554C));
 }
 
+std::string file_bytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST(Store, ReadOnlyNeverWritesNorCreates) {
+    const std::string missing = temp_db("ro-missing.db");
+    test::expect_error([&] { Store(missing, Store::Mode::ReadOnly); }, "no such profile database");
+    EXPECT_FALSE(fs::exists(missing));
+    const std::string p = temp_db("ro.db");
+    Store(p).put(record("lenet5", 4), node_records(3));
+    const std::string before = file_bytes(p);
+    {
+        const Store db(p, Store::Mode::ReadOnly);
+        ASSERT_EQ(db.configs().size(), 1u);
+        EXPECT_EQ(db.nodes(db.configs()[0].key).size(), 3u);
+    }
+    Store ro(p, Store::Mode::ReadOnly);
+    EXPECT_THROW(ro.put(record("lenet5", 8), node_records(1)), Error);  // SQLITE_OPEN_READONLY refuses the write
+    EXPECT_EQ(file_bytes(p), before);
+    // an older schema is not migrated by a reader
+    const std::string old = temp_db("ro-v2.db");
+    Store(old).put(record("lenet5", 4), node_records(1));
+    sql(old, "PRAGMA user_version = 2;");
+    test::expect_error([&] { Store(old, Store::Mode::ReadOnly); }, "older than this joule's 3 and is opened read-only");
+    const std::string empty = temp_db("ro-empty.db");
+    std::ofstream(empty).close();
+    test::expect_error([&] { Store(empty, Store::Mode::ReadOnly); }, "is an empty database, not a joule profile");
+}
+
 TEST(Store, MigratesAVersion1Database) {
     const std::string p = temp_db("v1.db");
     // the schema as joule's first release wrote it

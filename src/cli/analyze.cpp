@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -118,9 +119,12 @@ void add_analyze(CLI::App& app) {
         predict::MemoryConfig& cfg = hw.config;
         std::vector<double> capacities = {cfg.capacity_bytes}, bandwidths = {cfg.bandwidth_bytes_per_s};
         bool swept = false;
+        std::set<std::string> axes;
         for (const std::string& s : f->sweeps) {
             const auto eq = s.find('=');
             const std::string key = s.substr(0, eq), range = eq == std::string::npos ? "" : s.substr(eq + 1);
+            if ((key == "capacity" || key == "bandwidth") && !axes.insert(key).second)
+                throw Error("--sweep " + key + " is given twice", "give each axis once; a list a,b,c sweeps several values");
             if (key == "capacity") capacities = predict::parse_sweep(range, predict::parse_bytes, "--sweep capacity"), hw.capacity = swept = true;
             else if (key == "bandwidth") bandwidths = predict::parse_sweep(range, predict::parse_bandwidth, "--sweep bandwidth"), hw.bandwidth = swept = true;
             else throw Error("--sweep '" + s + "': expected capacity=RANGE or bandwidth=RANGE");
@@ -135,6 +139,10 @@ void add_analyze(CLI::App& app) {
         const Plan plan = precision_plan(unplanned, parse_dtype(f->net.dtype), parse_precision_scope(f->net.scope), backends.get("cpu"));
         const LoweredGraph lg = lower(std::move(unplanned), plan);
         const Graph& g = lg.train.graph;
+        if (hw.memory_bytes > 0 && double(lg.memory.bytes_total) > hw.memory_bytes)
+            throw Error(f->net.net + " batch " + std::to_string(f->net.batch) + " needs " + bytes_str(double(lg.memory.bytes_total)) +
+                            " of tensor memory (its memory plan), but " + hw.memory_of + " has " + bytes_str(hw.memory_bytes),
+                        "a smaller --batch fits");
         if (!f->json && f->csv != "-")
             std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", plan " << plan.name
                       << ": tensors in their producer's dtype, " << lg.casts << " casts; " << g.num_nodes() << " nodes): all figures modelled\n";
@@ -163,11 +171,12 @@ void add_analyze(CLI::App& app) {
                 sweep.add({bytes_str(cap), fixed(bw / 1e9, 0) + " GB/s", bytes_str(p.read_bytes), bytes_str(p.write_bytes), fixed(p.time_s * 1e3, 3),
                            fixed(100 * p.utilisation, 1) + " %", fixed(p.avg_bandwidth_bytes_per_s / 1e9, 1), share("conv"), share("fc"), share("norm"),
                            share("activation"), share("pooling"), fixed(traffic > 0 ? 100 * other / traffic : 0, 1) + " %"});
-                csv << cap << "," << bw << "," << p.read_bytes << "," << p.write_bytes << "," << p.time_s << "," << p.utilisation << ","
-                    << p.avg_bandwidth_bytes_per_s << "," << p.peak_bandwidth_bytes_per_s << "," << p.peak_occupancy_bytes;
-                for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "other"}) {
+                csv << exact(cap) << "," << exact(bw) << "," << exact(p.read_bytes) << "," << exact(p.write_bytes) << "," << exact(p.time_s) << ","
+                    << exact(p.utilisation) << "," << exact(p.avg_bandwidth_bytes_per_s) << "," << exact(p.peak_bandwidth_bytes_per_s) << ","
+                    << exact(p.peak_occupancy_bytes);
+                for (const char* t : {"conv", "fc", "norm", "activation", "pooling", "loss", "update", "cast", "transfer", "other"}) {
                     auto it = types.find(t);
-                    csv << "," << (it == types.end() ? 0.0 : it->second.read + it->second.write);
+                    csv << "," << exact(it == types.end() ? 0.0 : it->second.read + it->second.write);
                 }
                 csv << "\n";
                 if (f->json) out.push_back(to_json(g, p, c, f->layers));
@@ -183,7 +192,7 @@ void add_analyze(CLI::App& app) {
             }
         }
         if (f->json) {
-            std::cout << nlohmann::json{{"net", f->net.net}, {"batch", f->net.batch}, {"dtype", f->net.dtype}, {"results", out}}.dump(2) << '\n';
+            std::cout << nlohmann::json{{"schema", "joule.analyze/1"}, {"net", f->net.net}, {"batch", f->net.batch}, {"dtype", f->net.dtype}, {"results", out}}.dump(2) << '\n';
         } else if (swept && f->csv != "-") {
             std::cout << "sweep (modelled; traffic share per layer type):\n";
             sweep.print(std::cout);

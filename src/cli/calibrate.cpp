@@ -9,6 +9,7 @@
 #include "profile/calibrate.hpp"
 #include "profile/sweep.hpp"
 #include "report/table.hpp"
+#include "zoo/zoo.hpp"
 
 namespace joule::cli {
 
@@ -31,20 +32,22 @@ void add_calibrate(CLI::App& app) {
     cmd->add_option("--out", f->out, "efficiency file to write")->capture_default_str();
     cmd->add_option("--net", f->nets, "comma-separated nets to fit from (default: every net in the database)");
     cmd->add_option("--exclude", f->exclude, "comma-separated NET or NET:BATCH to hold out (e.g. resnet50 or resnet50:4)");
-    cmd->add_option("--threads", f->threads, "thread count of the records (0: the only one stored)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--image-size", f->image_size, "input size the sweep used (0: each net's default)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
+    cmd->add_option("--threads", f->threads, "thread count of the records (0: the only one stored)")->check(number_in(0));
+    cmd->add_option("--image-size", f->image_size, "input size the sweep used (0: each net's default)")->check(number_in(0));
+    cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(number_in(1, 4096));
     add_hardware_options(*cmd, f->hw, false);
     cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
     cmd->callback([f] {
-        if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
-        const Hardware hw = resolve_hardware(f->hw);
-        hw.require("joule calibrate");
         profile::CalibrationOptions o;
         if (!f->nets.empty()) o.nets = profile::parse_list(f->nets, "--net");
         if (!f->exclude.empty()) o.exclude = profile::parse_list(f->exclude, "--exclude");
+        for (const std::string& n : o.nets) zoo::net_info(n);  // Error: unknown network, with the list
+        for (const std::string& x : o.exclude) zoo::net_info(x.substr(0, x.find(':')));
+        const Hardware hw = resolve_hardware(f->hw);
+        hw.require("joule calibrate");
+        if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
         o.threads = f->threads, o.image_size = f->image_size, o.seq_len = f->seq_len;
-        const profile::Store db(f->db);
+        const profile::Store db(f->db, profile::Store::Mode::ReadOnly);
         const profile::CalibrationSet set = profile::calibration_samples(db, hw.config, o);
         predict::EfficiencyModel model = predict::fit_efficiency(set.samples);
         const predict::MemoryConfig& c = hw.config;
@@ -52,6 +55,8 @@ void add_calibrate(CLI::App& app) {
         model.fitted_from = f->db + ": " + std::to_string(set.configs.size()) + " configurations, threads " + std::to_string(set.configs.front().key.threads) +
                             (o.exclude.empty() ? "" : ", excluding " + f->exclude);
         predict::save_efficiency(model, f->out);
+        const std::vector<std::string> warnings = predict::fit_warnings(model);
+        for (const std::string& w : warnings) std::cerr << "joule: warning: " << w << '\n';
 
         // In-sample check: the step each configuration measured against the roofline and the curves.
         nlohmann::json configs = nlohmann::json::array();
@@ -79,8 +84,9 @@ void add_calibrate(CLI::App& app) {
             for (const auto& [key, k] : model.kinds)
                 kinds[key] = {{"fixed_seconds", k.fixed_s}, {"compute_scale", k.compute_scale}, {"memory_scale", k.memory_scale}, {"half_m", k.half_m},
                               {"half_n", k.half_n}, {"half_k", k.half_k}, {"samples", k.samples}, {"outliers", k.outliers}, {"error", k.error}};
-            std::cout << nlohmann::json{{"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
-                                        {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n}}
+            std::cout << nlohmann::json{{"schema", "joule.calibrate/1"}, {"out", f->out}, {"fitted_from", model.fitted_from}, {"kinds", kinds}, {"configs", configs},
+                                        {"roofline_mean_abs_error", roof_err / n}, {"calibrated_mean_abs_error", cal_err / n},
+                                        {"warnings", warnings}}
                              .dump(2)
                       << '\n';
             return;
@@ -98,7 +104,8 @@ void add_calibrate(CLI::App& app) {
         std::cout << "\nin-sample check: measured step against the modelled roofline and calibrated steps (the configurations fitted from;\n"
                      "hold some out with --exclude to validate):\n";
         t.print(std::cout);
-        std::cout << "mean absolute error: roofline " << fixed(100 * roof_err / n, 1) << " %, calibrated " << fixed(100 * cal_err / n, 1) << " %\n";
+        if (set.configs.size() > 1)  // with one configuration its row above says it already
+            std::cout << "mean absolute error: roofline " << fixed(100 * roof_err / n, 1) << " %, calibrated " << fixed(100 * cal_err / n, 1) << " %\n";
     });
 }
 

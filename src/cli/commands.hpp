@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <limits>
 #include <memory>
 
 #include "predict/efficiency.hpp"
@@ -17,6 +18,14 @@ void add_profile(CLI::App& app);
 void add_analyze(CLI::App& app);
 void add_probe(CLI::App& app);
 void add_calibrate(CLI::App& app);
+
+// Every floating-point flag checks with this: NaN and infinities (nan, inf, 1e999) are refused with a
+// message, never silently replaced or passed on.
+// The numeric checks (instead of CLI::Range / PositiveNumber, whose messages print DBL_MAX in full):
+// finite, and in [lo, hi] (or (lo, hi] with open_low), bounds printed as written.
+CLI::Validator finite_number();
+CLI::Validator number_in(double lo, double hi = std::numeric_limits<double>::infinity(), bool open_low = false);
+inline CLI::Validator positive_number() { return number_in(0, std::numeric_limits<double>::infinity(), true); }
 
 // Options shared by commands that build a net.
 struct NetOptions {
@@ -40,6 +49,8 @@ struct Hardware {
     predict::MemoryConfig config;
     bool capacity = false, bandwidth = false, peak = false;  // given (by a flag, the device or the efficiency file)
     std::shared_ptr<predict::EfficiencyModel> efficiency;   // loaded --efficiency; config.efficiency points to it
+    double memory_bytes = 0;                                 // the --device's memory capacity (0: unknown)
+    std::string memory_of;                                   // which device
     void require(const std::string& command) const;          // Error when capacity, bandwidth or peak is missing
 };
 Hardware resolve_hardware(const HardwareOptions& o);

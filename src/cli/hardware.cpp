@@ -42,6 +42,7 @@ Hardware resolve_hardware(const HardwareOptions& o) {
         cfg.capacity_bytes = d.onchip_kib * 1024, cfg.bandwidth_bytes_per_s = d.mem_bandwidth_gbps * 1e9, cfg.peak_f32_flops = d.peak_f32_gflops * 1e9;
         cfg.peak_bf16_flops = d.peak_bf16_gflops * 1e9, cfg.peak_f16_flops = d.peak_f16_gflops * 1e9;
         h.capacity = h.bandwidth = h.peak = true;
+        h.memory_bytes = d.mem_gib * 1073741824.0, h.memory_of = d.name;
     }
     if (!o.capacity.empty()) cfg.capacity_bytes = predict::parse_bytes(o.capacity, "--capacity"), h.capacity = true;
     if (!o.bandwidth.empty()) cfg.bandwidth_bytes_per_s = predict::parse_bandwidth(o.bandwidth, "--bandwidth"), h.bandwidth = true;

@@ -69,7 +69,8 @@ void add_inspect(CLI::App& app) {
                                  {"flops", c.flops}, {"bytes_read", c.bytes_read}, {"bytes_written", c.bytes_written},
                                  {"param_bytes", c.param_bytes}, {"activation_bytes", c.activation_bytes}});
             }
-            std::cout << nlohmann::json{{"net", o->net},
+            std::cout << nlohmann::json{{"schema", "joule.inspect/1"},
+                                        {"net", o->net},
                                         {"batch", o->batch},
                                         {"fingerprint", print},
                                         {"plan", p.name},

@@ -1,17 +1,69 @@
 // joule: energy-efficient DNN training on heterogeneous machines. See README.md.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 
 namespace joule::cli {
 
+namespace {
+// A bound as people write it: 4096, 1048576, 0.1 (never DBL_MAX's 309 digits).
+std::string bound_str(double v) {
+    char buf[32];
+    if (v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
+    else std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+// "" when `s` is not a number at all (the option's own conversion then says what is wrong); otherwise
+// the value, or an error message in `error` when it is not finite.
+bool parse_number(const std::string& s, double& v, std::string& error) {
+    errno = 0;
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || *end != '\0') return false;
+    if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1)) error = "'" + s + "' is not a finite number";
+    return true;
+}
+}  // namespace
+
+CLI::Validator finite_number() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            double v;
+            std::string error;
+            parse_number(s, v, error);
+            return error;
+        },
+        "", "FINITE");
+}
+
+CLI::Validator number_in(double lo, double hi, bool open_low) {
+    const std::string range = std::isfinite(hi) ? std::string(open_low ? "(" : "[") + bound_str(lo) + ", " + bound_str(hi) + "]"
+                                                : std::string(open_low ? "> " : ">= ") + bound_str(lo);
+    return CLI::Validator(
+        [lo, hi, open_low, range](std::string& s) -> std::string {
+            double v;
+            std::string error;
+            if (!parse_number(s, v, error)) return "";
+            if (!error.empty()) return error;
+            if (v < lo || (open_low && v == lo) || v > hi)
+                return "'" + s + "' is out of range: " + (std::isfinite(hi) ? "must be in " + range : "must be " + range);
+            return "";
+        },
+        range, "NUMBER_IN");
+}
+
 void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional) {
     if (net_positional) cmd.add_option("net", o.net, "network from the zoo (see `joule nets`)")->required();
     else cmd.add_option("--net", o.net, "network from the zoo (see `joule nets`)")->capture_default_str();
-    cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-    cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(CLI::NonNegativeNumber);
-    cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
+    cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(number_in(1, 1 << 20));
+    cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(number_in(0));
+    cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(number_in(1, 4096));
     cmd.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
     cmd.add_option("--dtype", o.dtype, "precision of the built-in plan: f32 or bf16 (tensors stored in their producer's dtype, casts as nodes)")
         ->capture_default_str()
@@ -37,7 +89,22 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all, --version: print, exit 0
+        // Usage errors read like every other error: the joule prefix, what was wrong, where to look.
+        std::string commands;
+        for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; })) commands += (commands.empty() ? "" : ", ") + c->get_name();
+        const std::vector<CLI::App*> parsed = app.get_subcommands();
+        std::string message = e.what();
+        if (parsed.empty()) {
+            std::string first;  // the first word that is not a flag
+            for (int i = 1; i < argc && first.empty(); ++i)
+                if (argv[i][0] != '-') first = argv[i];
+            if (!first.empty()) message = "unknown command '" + first + "'; the commands are " + commands;
+            else if (argc > 1) message = "unknown option '" + std::string(argv[1]) + "' before a command; the commands are " + commands;
+            else message = "a command is required: " + commands;
+        }
+        std::cerr << "joule: error: " << message << " (see joule " << (parsed.empty() ? "" : parsed.back()->get_name() + " ") << "--help)\n";
+        return 2;
     } catch (const joule::Error& e) {
         std::cerr << "joule: error: " << e.what() << '\n';
         return 1;

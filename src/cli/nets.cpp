@@ -32,7 +32,7 @@ void add_nets(CLI::App& app) {
                            {"published_gmacs", n.published_gmacs}, {"source", n.source}});
         }
         if (*json) {
-            std::cout << out.dump(2) << '\n';
+            std::cout << nlohmann::json{{"schema", "joule.nets/1"}, {"nets", out}}.dump(2) << '\n';
         } else {
             t.print(std::cout);
             std::cout << "(params include each net's classifier head; BERT's published count excludes its 2-class head)\n";

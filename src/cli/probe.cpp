@@ -3,6 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cores.hpp"
 #include "backend/cpu/probe.hpp"
 #include "cli/commands.hpp"
 #include "report/table.hpp"
@@ -12,16 +13,19 @@ namespace joule::cli {
 void add_probe(CLI::App& app) {
     auto o = std::make_shared<cpu::ProbeOptions>();
     auto json = std::make_shared<bool>(false);
+    auto oversubscribe = std::make_shared<bool>(false);
     auto* cmd = app.add_subcommand("probe", "measure this CPU's memory bandwidth (STREAM) and GEMM peak (oneDNN)");
-    cmd->add_option("--threads", o->threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--array-mib", o->array_mib, "MiB per STREAM array")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--gemm-size", o->gemm_size, "square GEMM edge")->capture_default_str()->check(CLI::Range(int64_t(16), int64_t(16384)));
-    cmd->add_option("--repeats", o->repeats, "best of this many runs")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--threads", o->threads, "threads (0: all cores this process may run on)")->check(number_in(0));
+    cmd->add_flag("--oversubscribe", *oversubscribe, "allow --threads above the cores this process may run on");
+    cmd->add_option("--array-mib", o->array_mib, "MiB per STREAM array")->capture_default_str()->check(number_in(1, 65536));
+    cmd->add_option("--gemm-size", o->gemm_size, "square GEMM edge")->capture_default_str()->check(number_in(16, 16384));
+    cmd->add_option("--repeats", o->repeats, "best of this many runs")->capture_default_str()->check(positive_number());
     cmd->add_flag("--json", *json, "machine-readable output");
-    cmd->callback([o, json] {
+    cmd->callback([o, json, oversubscribe] {
+        cpu::check_threads(o->threads, *oversubscribe);
         const cpu::ProbeResult r = cpu::probe(*o);
         if (*json) {
-            std::cout << nlohmann::json{{"kind", "measured"}, {"threads", r.threads}, {"copy_gbps", r.copy_gbps}, {"triad_gbps", r.triad_gbps},
+            std::cout << nlohmann::json{{"schema", "joule.probe/1"}, {"kind", "measured"}, {"threads", r.threads}, {"copy_gbps", r.copy_gbps}, {"triad_gbps", r.triad_gbps},
                                         {"gemm_size", r.gemm_size}, {"gemm_gflops_f32", r.gemm_gflops_f32}, {"gemm_gflops_bf16", r.gemm_gflops_bf16}, {"op_overhead_seconds", r.op_overhead_s},
                                         {"array_bytes", r.array_bytes}}
                              .dump(2)

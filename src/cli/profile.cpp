@@ -4,6 +4,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "profile/report.hpp"
@@ -18,7 +19,7 @@ struct ProfileFlags {
     std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv;
     int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
     double idle_seconds = 0.5, sample_ms = 10;
-    bool report = false, json = false, force = false;
+    bool report = false, json = false, force = false, oversubscribe = false;
 };
 
 std::string tagged(double v, int decimals, const std::string& kind) { return fixed(v, decimals) + (kind == "modelled" ? " (mod)" : ""); }
@@ -63,10 +64,11 @@ void write_csv(const std::vector<profile::ConfigMetrics>& ms, std::ostream& os) 
     for (const auto& m : ms) {
         const auto& c = m.config;
         os << c.key.net << "," << c.key.device << "," << c.key.dtype << "," << c.key.batch << "," << c.key.threads << "," << c.key.meter_kind << ",\""
-           << c.meter << "\"," << c.iters << "," << c.step_s << "," << c.step_spread_s << "," << m.images_per_s << "," << m.gflops_per_s << ","
-           << m.avg_power_w << "," << m.gflops_per_w << "," << m.joules_per_image << "," << c.idle_w << "," << c.idle_j << "," << c.ops_j << ","
-           << c.total_j;
-        for (const char* t : profile::kLayerTypes) os << "," << m.by_type.at(t).seconds << "," << m.by_type.at(t).joules;
+           << c.meter << "\"," << c.iters;
+        for (double v : {c.step_s, c.step_spread_s, m.images_per_s, m.gflops_per_s, m.avg_power_w, m.gflops_per_w, m.joules_per_image, c.idle_w, c.idle_j,
+                         c.ops_j, c.total_j})
+            os << "," << exact(v);
+        for (const char* t : profile::kLayerTypes) os << "," << exact(m.by_type.at(t).seconds) << "," << exact(m.by_type.at(t).joules);
         os << "\n";
     }
 }
@@ -99,22 +101,23 @@ void add_profile(CLI::App& app) {
     cmd->add_option("--net", f->nets, "comma-separated zoo nets")->capture_default_str();
     cmd->add_option("--batch", f->batches, "comma-separated batch sizes")->capture_default_str();
     cmd->add_option("--dtype", f->dtypes, "comma-separated precisions: f32, bf16 (on conv/linear/matmul)")->capture_default_str();
-    cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores)")->capture_default_str();
-    cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
-    cmd->add_option("--warmup", f->warmup, "unmeasured steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--image-size", f->image_size, "input size (0: each net's default)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--seq-len", f->seq_len, "sequence length for BERT nets")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(4096)));
+    cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores this process may run on)")->capture_default_str();
+    cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
+    cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(number_in(1, 100000));
+    cmd->add_option("--warmup", f->warmup, "unmeasured steps first")->capture_default_str()->check(number_in(0));
+    cmd->add_option("--image-size", f->image_size, "input size (0: each net's default)")->check(number_in(0));
+    cmd->add_option("--seq-len", f->seq_len, "sequence length for BERT nets")->capture_default_str()->check(number_in(1, 4096));
     cmd->add_option("--db", f->db, "SQLite database")->capture_default_str();
     cmd->add_option("--meter", f->meter, "auto, rapl, perf, nvml or modelled")->capture_default_str()->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
     cmd->add_option("--device-spec", f->device_spec, "data/hw spec for the modelled meter (default: the one matching this CPU)");
-    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement per configuration (measured meters)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(CLI::Range(0.1, 10000.0));
+    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement per configuration (measured meters)")->capture_default_str()->check(number_in(0));
+    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(number_in(0.1, 10000.0));
     cmd->add_flag("--force", f->force, "re-run configurations already in the database");
     cmd->add_flag("--report", f->report, "only report what the database holds (no sweep)");
     cmd->add_option("--csv", f->csv, "write the report as CSV to this file ('-': stdout)");
     cmd->add_flag("--json", f->json, "report as JSON on stdout (with every node)");
     cmd->callback([f, cmd] {
-        profile::Store db(f->db);
+        std::unique_ptr<profile::Store> store;  // opened for writing by a sweep, read-only by --report
         std::string filter;
         if (!f->report) {
             profile::SweepOptions o;
@@ -122,19 +125,22 @@ void add_profile(CLI::App& app) {
             o.batches = profile::parse_int_list(f->batches, "--batch");
             o.dtypes.clear();
             for (const std::string& d : profile::parse_list(f->dtypes, "--dtype")) {
-                const DType t = parse_dtype(d);
-                if (t == DType::F16) throw Error("--dtype f16: the cpu backend computes in f32 or bf16");
-                o.dtypes.push_back(t);
+                if (d != "f32" && d != "bf16") throw Error("--dtype " + d + ": the cpu backend computes in f32 or bf16", "use --dtype f32, bf16 or f32,bf16");
+                o.dtypes.push_back(parse_dtype(d));
             }
             o.threads.clear();
-            for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) o.threads.push_back(int(t));
+            for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) {
+                cpu::check_threads(t, f->oversubscribe);
+                o.threads.push_back(int(t));
+            }
             o.iters = f->iters, o.warmup = f->warmup, o.image_size = f->image_size, o.seq_len = f->seq_len;
             o.meter = f->meter, o.device_spec = f->device_spec, o.force = f->force;
             o.energy.idle_seconds = f->idle_seconds;
             o.energy.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
+            store = std::make_unique<profile::Store>(f->db);  // after the flags are checked: a bad flag creates no file
             std::ostream& log = f->json || f->csv == "-" ? std::cerr : std::cout;
             std::string last_message;
-            profile::run_sweep(db, o, [&](const profile::SweepEvent& e) {
+            profile::run_sweep(*store, o, [&](const profile::SweepEvent& e) {
                 const std::string what = e.key.net + " batch " + std::to_string(e.key.batch) + " " + e.key.dtype + " " + std::to_string(e.key.threads) + " threads";
                 if (e.skipped) {
                     log << what << ": already in " << f->db << " (skipped; --force re-runs it)\n";
@@ -146,9 +152,11 @@ void add_profile(CLI::App& app) {
                     << e.key.meter_kind << ")\n";
             });
             if (o.nets.size() == 1) filter = o.nets.front();
-        } else if (cmd->count("--net")) {
-            filter = f->nets;
+        } else {
+            store = std::make_unique<profile::Store>(f->db, profile::Store::Mode::ReadOnly);
+            if (cmd->count("--net")) filter = f->nets;
         }
+        const profile::Store& db = *store;
         const auto ms = profile::derive_all(db, filter);
         if (!f->csv.empty()) {
             if (f->csv == "-") {
@@ -159,7 +167,7 @@ void add_profile(CLI::App& app) {
                 write_csv(ms, out);
             }
         }
-        if (f->json) std::cout << to_json(ms, db).dump(2) << '\n';
+        if (f->json) std::cout << nlohmann::json{{"schema", "joule.profile/1"}, {"configs", to_json(ms, db)}}.dump(2) << '\n';
         else if (f->csv != "-") print_report(ms);
     });
 }

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "report/table.hpp"
@@ -19,11 +20,11 @@ namespace {
 struct TrainFlags {
     NetOptions net;
     std::string dataset = "fashion-mnist", data_dir;
-    int64_t epochs = 1, steps = 0, top = 15, warmup = 1;
+    int64_t epochs = 1, steps = 0, top = 15, warmup = 1, eval_samples = -1;
     float lr = 0, momentum = -1, weight_decay = 0;
     int threads = 0;
     uint64_t seed = 1;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, oversubscribe = false;
     std::string plan;
     bool energy = false;
     std::string meter = "auto", device_spec;
@@ -39,6 +40,18 @@ void print_progress(const TrainProgress& p, bool tty) {
     std::fprintf(stderr, "%sepoch %lld [%s%s] %5lld/%lld  loss %.4f  %.0f img/s (measured)%s", tty ? "\r" : "", (long long)p.epoch + 1,
                  std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), '.').c_str(), (long long)p.step,
                  (long long)p.steps_per_epoch, p.loss, p.images_per_s, tty && !last ? "" : "\n");
+    std::fflush(stderr);
+}
+
+// `previous`: the sample count of the previous call (non-tty output prints about every 10 %).
+void print_eval_progress(const EvalProgress& p, bool tty, int64_t previous) {
+    const int width = 30;
+    const bool last = p.samples == p.total;
+    const int64_t tenth = std::max<int64_t>(1, p.total / 10);
+    if (!tty && !last && p.samples / tenth == previous / tenth) return;
+    const int fill = int(double(p.samples) / double(p.total) * width);
+    std::fprintf(stderr, "%stest  [%s%s] %5lld/%lld  %.0f img/s (measured)%s", tty ? "\r" : "", std::string(size_t(fill), '#').c_str(),
+                 std::string(size_t(width - fill), '.').c_str(), (long long)p.samples, (long long)p.total, p.images_per_s, tty && !last ? "" : "\n");
     std::fflush(stderr);
 }
 
@@ -122,26 +135,33 @@ void add_train(CLI::App& app) {
     add_net_options(*cmd, f->net, false);
     cmd->add_option("--dataset", f->dataset, "fashion-mnist or synthetic")->capture_default_str()->check(CLI::IsMember({"fashion-mnist", "synthetic"}));
     cmd->add_option("--data-dir", f->data_dir, "directory with the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)");
-    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
-    cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(CLI::PositiveNumber);
-    cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--epochs", f->epochs, "epochs")->capture_default_str()->check(number_in(1, 100000));
+    cmd->add_option("--steps", f->steps, "at most this many steps per epoch (0: the whole epoch; synthetic data: 20)")->check(number_in(0));
+    cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(number_in(0));
+    cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(positive_number());
+    cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(number_in(0.0, 1.0));
+    cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(number_in(0));
+    cmd->add_option("--threads", f->threads, "CPU threads (0: all cores this process may run on)")->check(number_in(0));
+    cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
-    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
+    cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(number_in(1, 100000));
     auto* plan = cmd->add_option("--plan", f->plan, "plan file: device and precision per layer or node (see README: Plans)");
     for (const char* o : {"--dtype", "--dtype-scope"}) plan->excludes(o);
-    cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
+    auto* energy = cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
     cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
         ->capture_default_str()
-        ->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}));
-    cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)");
-    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(CLI::Range(0.1, 10000.0));
+        ->check(CLI::IsMember({"auto", "rapl", "perf", "nvml", "modelled"}))
+        ->needs(energy);
+    cmd->add_option("--device-spec", f->device_spec, "data/hw spec (name or path) for the modelled meter (default: the one matching this CPU)")
+        ->needs(energy);
+    cmd->add_option("--idle-seconds", f->idle_seconds, "idle-power measurement before training (measured meters)")->capture_default_str()->check(number_in(0))
+        ->needs(energy);
+    cmd->add_option("--sample-ms", f->sample_ms, "power sampling period in ms")->capture_default_str()->check(number_in(0.1, 10000.0))
+        ->needs(energy);
+    cmd->add_option("--eval-samples", f->eval_samples, "evaluate test accuracy on at most the first N test images (0: no evaluation; default: all)")
+        ->check(number_in(0));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
-    cmd->add_flag("--quiet", f->quiet, "no progress bar");
+    cmd->add_flag("--quiet", f->quiet, "no progress bars");
     cmd->callback([f] {
         TrainOptions o;
         o.net = f->net.net;
@@ -153,6 +173,8 @@ void add_train(CLI::App& app) {
         o.warmup = f->warmup;
         o.image_size = f->net.image_size;
         o.seq_len = f->net.seq_len;
+        cpu::check_threads(f->threads, f->oversubscribe);
+        o.eval_samples = f->eval_samples;
         o.threads = f->threads;
         o.seed = f->seed;
         o.plan_file = f->plan;
@@ -177,9 +199,25 @@ void add_train(CLI::App& app) {
                       << (!o.plan_file.empty() ? "plan " + o.plan_file
                                                : f->net.dtype + (o.dtype == DType::F32 ? "" : o.scope == PrecisionScope::All ? " on every op that supports it" : " on conv/linear/matmul") + ", cpu (oneDNN)")
                       << "\n";
-        const TrainResult r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty](const TrainProgress& p) { print_progress(p, tty); });
+        auto open_line = std::make_shared<bool>(false);  // a tty progress line without its newline yet
+        if (!f->quiet)
+            o.on_eval_progress = [tty, open_line, previous = int64_t(0)](const EvalProgress& p) mutable {
+                print_eval_progress(p, tty, previous);
+                previous = p.samples;
+                *open_line = tty && p.samples != p.total;
+            };
+        TrainResult r;
+        try {
+            r = train(o, f->quiet ? std::function<void(const TrainProgress&)>{} : [tty, open_line](const TrainProgress& p) {
+                print_progress(p, tty);
+                *open_line = tty && p.step != p.steps_per_epoch;
+            });
+        } catch (...) {
+            if (*open_line) std::fputc('\n', stderr);  // the error starts on its own line
+            throw;
+        }
         if (f->json) {
-            nlohmann::json j = {{"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
+            nlohmann::json j = {{"schema", "joule.train/1"}, {"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
                                 {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},
                                 {"step_seconds", r.step_seconds}, {"step_modelled_seconds", r.step_modelled_seconds},
                                 {"step_wall_seconds", r.step_wall_seconds}, {"emulation_seconds", r.emulation_seconds}, {"timed_steps", r.timed_steps},
@@ -212,6 +250,8 @@ void add_train(CLI::App& app) {
                       << " img/s, " << fixed(r.epochs[e].seconds, 1) << " s (measured)\n";
         if (r.test_accuracy >= 0)
             std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << " % on " << r.test_samples << " images\n";
+        else if (o.dataset == "fashion-mnist")
+            std::cout << "test accuracy not evaluated (--eval-samples 0)\n";
         std::cout << "tensor memory " << bytes_str(double(r.buffer_bytes)) << " (" << bytes_str(double(r.unshared_bytes))
                   << " without buffer reuse)\n";
         std::cout << "plan " << r.plan << ": " << r.casts << " casts, " << r.transfers << " transfers; per step:";

@@ -50,6 +50,7 @@ DeviceSpec load_device_spec(const std::string& path) {
                             {"peak_bf16_gflops", &s.peak_bf16_gflops},
                             {"peak_f16_gflops", &s.peak_f16_gflops},
                             {"mem_bandwidth_gbps", &s.mem_bandwidth_gbps},
+                            {"mem_gib", &s.mem_gib},
                             {"onchip_kib", &s.onchip_kib},
                             {"tdp_w", &s.tdp_w},
                             {"idle_w", &s.idle_w}};

@@ -20,6 +20,7 @@ struct DeviceSpec {
     double clock_ghz = 0;
     double peak_f32_gflops = 0, peak_bf16_gflops = 0, peak_f16_gflops = 0;
     double mem_bandwidth_gbps = 0;
+    double mem_gib = 0;     // off-chip memory capacity (device memory; 0: not given)
     double onchip_kib = 0;  // the last on-chip level a software-managed buffer would use (GPU L2, CPU L2/L3 share)
     double tdp_w = 0, idle_w = 0;
     double peak_gflops(DType t) const;  // throws Error when the spec has no figure for t

@@ -1,10 +1,16 @@
 #include "hw/yaml_file.hpp"
 
+#include <filesystem>
+
 #include "graph/error.hpp"
 
 namespace joule::hw {
 
 YAML::Node load_versioned_yaml(const std::string& path, const std::string& what, const std::string& missing_hint) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+        throw Error(path + ": cannot open " + what + ": " + (std::filesystem::is_directory(path, ec) ? "it is a directory" : "not a regular file"),
+                    "give the path of a .yaml file");
     YAML::Node y;
     try {
         y = YAML::LoadFile(path);

@@ -163,6 +163,25 @@ const KindEfficiency* EfficiencyModel::find(const std::string& key) const {
     return it == kinds.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> fit_warnings(const EfficiencyModel& m) {
+    std::string few, dropped;
+    for (const auto& [key, k] : m.kinds) {
+        const int64_t params = k.gemm ? 6 : 3, used = k.samples - k.outliers;
+        if (used < 2 * params)
+            few += (few.empty() ? "" : ", ") + key + " (" + std::to_string(used) + (used == 1 ? " point, " : " points, ") + std::to_string(params) + " parameters)";
+        if (k.samples > 0 && 2 * k.outliers > k.samples)
+            dropped += (dropped.empty() ? "" : ", ") + key + " (" + std::to_string(k.outliers) + " of " + std::to_string(k.samples) + ")";
+    }
+    std::vector<std::string> out;
+    if (!few.empty())
+        out.push_back("fitted from fewer points than twice their parameters, so their curves can pass through the points and their error says little: " +
+                      few + "; profile more batch sizes or nets");
+    if (!dropped.empty())
+        out.push_back("most points dropped as outliers (measured over 3x a robust first fit): " + dropped +
+                      "; the machine was likely busy while profiling (re-run joule profile --force)");
+    return out;
+}
+
 std::string efficiency_key(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
     std::string key = op_name(n.kind);
@@ -224,6 +243,19 @@ void save_efficiency(const EfficiencyModel& m, const std::string& path) {
     if (!f) throw Error(path + ": writing the efficiency file failed");
 }
 
+namespace {
+// OP[.grouped][.bf16|.f16], OP an op name: the keys efficiency_key() makes.
+bool valid_kind_key(const std::string& key) {
+    const std::string op = key.substr(0, key.find('.'));
+    bool known = false;
+    for (int k = 0; k < int(OpKind::Count) && !known; ++k) known = op == op_name(OpKind(k));
+    if (!known) return false;
+    std::string rest = key.substr(op.size());
+    if (rest.rfind(".grouped", 0) == 0) rest.erase(0, 8);
+    return rest.empty() || rest == ".bf16" || rest == ".f16";
+}
+}  // namespace
+
 EfficiencyModel load_efficiency(const std::string& path) {
     const YAML::Node y = hw::load_versioned_yaml(path, "the efficiency file", "write one with joule calibrate");
     auto at = [&](const YAML::Node& n) { return hw::yaml_where(path, n); };
@@ -267,6 +299,9 @@ EfficiencyModel load_efficiency(const std::string& path) {
     for (auto it = kinds.begin(); it != kinds.end(); ++it) {
         const std::string key = it->first.as<std::string>();
         const YAML::Node v = it->second;
+        if (!valid_kind_key(key))
+            throw Error(at(it->first) + ": unknown op kind '" + key + "'",
+                        "a kind is an op name (e.g. Conv2d, ConvBackwardWeights, Linear) with optional .grouped and .bf16 / .f16 suffixes, as joule calibrate writes");
         if (!v.IsMap()) throw Error(at(v) + ": kind '" + key + "' must be a map");
         KindEfficiency k;
         k.gemm = bool(v["half_m"]);

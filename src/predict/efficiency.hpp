@@ -70,6 +70,11 @@ struct EfficiencySample {
 // Throws Error when there are no samples or a sample has a negative or non-finite field.
 EfficiencyModel fit_efficiency(const std::vector<EfficiencySample>& samples);
 
+// Warnings on a fit's quality (empty when none): kinds fitted from fewer points than twice their free
+// parameters (3 scales, + 3 half dimensions for GEMM kinds: the curve can pass through its points, so
+// its error says little), and kinds whose points were mostly dropped as outliers.
+std::vector<std::string> fit_warnings(const EfficiencyModel& m);
+
 // YAML, `version: 1`, `kind: efficiency`; load names the file and line of anything wrong.
 void save_efficiency(const EfficiencyModel& m, const std::string& path);
 EfficiencyModel load_efficiency(const std::string& path);

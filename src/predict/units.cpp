@@ -14,7 +14,8 @@ struct Unit {
     double factor;
 };
 
-double parse_with(const std::string& s, const std::string& what, const std::vector<Unit>& units, const char* example) {
+// `allow_zero`: zero is valid (a time); otherwise a value <= 0 fails as "must be positive", whatever its unit.
+double parse_with(const std::string& s, const std::string& what, const std::vector<Unit>& units, const char* example, bool allow_zero = false) {
     size_t used = 0;
     double v = 0;
     try {
@@ -22,12 +23,16 @@ double parse_with(const std::string& s, const std::string& what, const std::vect
     } catch (const std::exception&) {
         throw Error(what + ": '" + s + "' is not a quantity", std::string("write it like ") + example);
     }
+    if (!std::isfinite(v)) throw Error(what + ": '" + s + "' is not a finite number", std::string("write it like ") + example);
+    // the sign first: "0" or "-1" without a unit is wrong for its value, not its unit
+    if (v < 0 || (v == 0 && !allow_zero)) throw Error(what + ": '" + s + "' must be " + (allow_zero ? "zero or positive" : "positive"), std::string("e.g. ") + example);
     std::string unit = s.substr(used);
     while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
+    if (v == 0 && unit.empty()) return 0;  // zero needs no unit
     for (const Unit& u : units)
         if (unit == u.name) {
             const double r = v * u.factor;
-            if (!(r > 0) || !std::isfinite(r)) throw Error(what + ": '" + s + "' must be positive");
+            if (!std::isfinite(r)) throw Error(what + ": '" + s + "' is too large");
             return r;
         }
     std::string names;
@@ -37,9 +42,10 @@ double parse_with(const std::string& s, const std::string& what, const std::vect
 }  // namespace
 
 double parse_bytes(const std::string& s, const std::string& what) {
-    return parse_with(s, what,
-                      {{"", 1}, {"B", 1}, {"KiB", 1024}, {"MiB", 1048576}, {"GiB", 1073741824.0}, {"KB", 1e3}, {"kB", 1e3}, {"MB", 1e6}, {"GB", 1e9}},
-                      "32MiB");
+    const double b = parse_with(
+        s, what, {{"", 1}, {"B", 1}, {"KiB", 1024}, {"MiB", 1048576}, {"GiB", 1073741824.0}, {"KB", 1e3}, {"kB", 1e3}, {"MB", 1e6}, {"GB", 1e9}}, "32MiB");
+    if (b < 1) throw Error(what + ": '" + s + "' is less than one byte", "e.g. 32MiB");
+    return b;
 }
 
 double parse_bandwidth(const std::string& s, const std::string& what) {
@@ -51,8 +57,7 @@ double parse_flops(const std::string& s, const std::string& what) {
 }
 
 double parse_seconds(const std::string& s, const std::string& what) {
-    if (s == "0") return 0;
-    return parse_with(s, what, {{"us", 1e-6}, {"ns", 1e-9}, {"ms", 1e-3}, {"s", 1}}, "10us");
+    return parse_with(s, what, {{"us", 1e-6}, {"ns", 1e-9}, {"ms", 1e-3}, {"s", 1}}, "10us", true);
 }
 
 std::vector<double> parse_sweep(const std::string& s, double (*parse)(const std::string&, const std::string&), const std::string& what) {

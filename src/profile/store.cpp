@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <ctime>
 
 #include "graph/error.hpp"
@@ -88,8 +89,14 @@ std::string now_iso() {
 
 }  // namespace
 
-Store::Store(const std::string& path) : path_(path) {
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+Store::Store(const std::string& path, Mode mode) : path_(path) {
+    const bool read_only = mode == Mode::ReadOnly;
+    if (read_only) {
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) throw Error(path + ": no such profile database", "run joule profile --db " + path + " first");
+        if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": not a file, so not a profile database", "pass another --db");
+    }
+    if (sqlite3_open_v2(path.c_str(), &db_, read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
         const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
         sqlite3_close(db_);
         db_ = nullptr;
@@ -108,9 +115,21 @@ Store::Store(const std::string& path) : path_(path) {
         }
         if (app != kApplicationId && (app != 0 || tables != 0))
             throw Error(path + " is an SQLite database of another program, not a joule profile", "pass another --db");
-        exec("PRAGMA journal_mode = WAL");
-        exec("PRAGMA synchronous = NORMAL");
-        migrate();
+        if (read_only) {
+            if (tables == 0) throw Error(path_ + " is an empty database, not a joule profile", "run joule profile --db " + path_ + " first");
+            const int v = schema_version();
+            if (v > kSchemaVersion)
+                throw Error(path_ + " has profile schema version " + std::to_string(v) + ", newer than this joule's " + std::to_string(kSchemaVersion),
+                            "upgrade joule");
+            if (v < kSchemaVersion)
+                throw Error(path_ + " has profile schema version " + std::to_string(v) + ", older than this joule's " + std::to_string(kSchemaVersion) +
+                                " and is opened read-only here",
+                            "a joule profile sweep on it migrates it first (it re-runs only what is missing)");
+        } else {
+            exec("PRAGMA journal_mode = WAL");
+            exec("PRAGMA synchronous = NORMAL");
+            migrate();
+        }
     } catch (const Error& e) {
         sqlite3_close(db_);
         db_ = nullptr;

@@ -2,6 +2,7 @@
 // meter kind) with its step totals, and one row per node of that configuration.
 //
 //   profile::Store db("joule-profile.db");      // creates or migrates; WAL mode
+//   profile::Store r("joule-profile.db", profile::Store::Mode::ReadOnly);  // reports: never writes
 //   if (!db.has_config(key, iters)) db.put(config, nodes);   // re-running a sweep is incremental
 //
 // The schema is versioned (PRAGMA user_version) and migrated step by step on open; the file carries
@@ -47,7 +48,10 @@ struct NodeRecord {
 
 class Store {
 public:
-    explicit Store(const std::string& path);
+    // ReadWrite creates the file or migrates its schema; ReadOnly (reports, calibration) opens an existing
+    // file for reading only (SQLITE_OPEN_READONLY): a missing file, or one with an older schema, is an Error.
+    enum class Mode { ReadWrite, ReadOnly };
+    explicit Store(const std::string& path, Mode mode = Mode::ReadWrite);
     ~Store();
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;

@@ -1,6 +1,7 @@
 #include "report/table.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -54,4 +55,13 @@ std::string bytes_str(double b) {
     return fixed(b, i ? 1 : 0) + " " + prefix[i];
 }
 
+std::string exact(double v) {
+    char buf[512];
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e21) {  // an integer, in full (never 9e+11)
+        const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+        return std::string(buf, r.ptr);
+    }
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip representation
+    return std::string(buf, r.ptr);
+}
 }  // namespace joule

@@ -26,5 +26,7 @@ private:
 std::string fixed(double v, int decimals);
 std::string si(double v, const std::string& unit, int decimals = 2);  // 1.23 G<unit>
 std::string bytes_str(double b);                                       // 12.3 MiB
+// The shortest text that reads back as exactly `v` (CSV, files): 41943040, 0.1, 1.5e-07; integers as integers.
+std::string exact(double v);
 
 }  // namespace joule

@@ -1,6 +1,8 @@
 #include "runtime/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "backend/registry.hpp"
@@ -49,11 +51,68 @@ void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synt
     synth.fill_uniform_int(ex.i32(m.labels), g.tensor(m.labels).desc.numel(), int32_t(g.tensor(m.logits).desc.shape[1]));
 }
 
+namespace {
+// "nan", "inf" or "-inf" and the index of the first non-finite value of a floating-point tensor; false when all are finite.
+std::string fmt_lr(float lr) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", double(lr));
+    return buf;
+}
+
+bool first_non_finite(const Executor& ex, TensorId t, std::string& what) {
+    const DType d = ex.graph().tensor(t).desc.dtype;
+    if (d != DType::F32 && d != DType::BF16) return false;
+    const std::vector<float> v = ex.read_f32(t);
+    size_t bad = 0, first = v.size();
+    for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i])) {
+            if (first == v.size()) first = i;
+            ++bad;
+        }
+    if (bad == 0) return false;
+    const float x = v[first];
+    what = std::string(std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + " at element " + std::to_string(first) + " (" + std::to_string(bad) + " of " +
+           std::to_string(v.size()) + " values non-finite)";
+    return true;
+}
+
+// Called only once the loss is non-finite (the update has not run): which parameter holds a non-finite
+// value, and which forward node first outputs one (the forward is re-run node by node, since buffers are
+// shared by liveness and earlier outputs are overwritten).
+std::string diagnose_non_finite(Executor& ex, NodeId first_backward) {
+    const Graph& g = ex.graph();
+    std::string out, what;
+    for (size_t t = 0; t < g.num_tensors(); ++t)
+        if (g.tensor(TensorId(t)).role == TensorRole::Parameter && first_non_finite(ex, TensorId(t), what)) {
+            out = "parameter '" + g.tensor(TensorId(t)).name + "' holds " + what;
+            break;
+        }
+    for (NodeId n = 0; n < first_backward; ++n) {
+        ex.run(n, n + 1, {.training = true});
+        for (TensorId t : g.node(n).outputs)
+            if (first_non_finite(ex, t, what)) {
+                return (out.empty() ? "" : out + "; ") + "the first forward node with a non-finite output is '" + g.node(n).name + "' (" +
+                       op_name(g.node(n).kind) + "): '" + g.tensor(t).name + "' has " + what;
+            }
+    }
+    return out.empty() ? "no parameter or forward output holds one on a re-run" : out;
+}
+}  // namespace
+
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainProgress&)>& on_progress) {
     if (o.epochs < 1) throw Error("--epochs must be >= 1, got " + std::to_string(o.epochs));
     if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.steps < 0) throw Error("--steps must be >= 0, got " + std::to_string(o.steps));
     if (o.warmup < 0) throw Error("--warmup must be >= 0, got " + std::to_string(o.warmup));
+    if (o.eval_samples > 0 && o.dataset == "synthetic")
+        throw Error("--eval-samples applies to --dataset fashion-mnist only (synthetic data has no test set)");
+    const OptimizerConfig& oc = o.optimizer;
+    if (!std::isfinite(oc.lr) || !(oc.lr > 0)) throw Error("--lr must be a positive finite number, got " + std::to_string(oc.lr));
+    if (!std::isfinite(oc.momentum) || oc.momentum < 0 || oc.momentum > 1) throw Error("--momentum must be in [0, 1], got " + std::to_string(oc.momentum));
+    if (!std::isfinite(oc.weight_decay) || oc.weight_decay < 0)
+        throw Error("--weight-decay must be a non-negative finite number, got " + std::to_string(oc.weight_decay));
+    if (!std::isfinite(o.energy_options.idle_seconds) || o.energy_options.idle_seconds < 0)
+        throw Error("--idle-seconds must be a non-negative finite number, got " + std::to_string(o.energy_options.idle_seconds));
     const zoo::NetInfo& info = zoo::net_info(o.net);
     const bool real_data = o.dataset == "fashion-mnist";
     if (!real_data && o.dataset != "synthetic") throw Error("unknown dataset '" + o.dataset + "'", "use fashion-mnist or synthetic");
@@ -65,6 +124,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     cfg.seq_len = o.seq_len;
     if (real_data) {
         split = data::load_fashion_mnist(o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir);
+        if (o.image_size != 0 && o.image_size != split.train.height)
+            throw Error("--image-size " + std::to_string(o.image_size) + ": Fashion-MNIST images are " + std::to_string(split.train.height) + "x" +
+                            std::to_string(split.train.height),
+                        "use --dataset synthetic for other sizes");
         cfg.image_size = split.train.height;
         cfg.in_channels = split.train.channels;
         cfg.classes = split.train.classes;
@@ -145,10 +208,17 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             const bool record = recorder && total_steps >= warmup;
             if (record) recorder->step_begin();
             const auto s0 = clock::now();
-            ex.run_all({.training = true});
+            // forward and loss first: a non-finite loss stops training before the update spreads it into the parameters
+            ex.run(0, tg.first_backward, {.training = true});
+            const float loss = ex.f32(tg.loss)[0];
+            if (!std::isfinite(loss))
+                throw Error("step " + std::to_string(s + 1) + " of epoch " + std::to_string(e + 1) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                                "; " + diagnose_non_finite(ex, tg.first_backward),
+                            "training diverged: lower --lr (it is " + fmt_lr(o.optimizer.lr) + "), or check the input data");
+            ex.run(tg.first_backward, NodeId(tg.graph.num_nodes()), {.training = true});
             if (total_steps >= warmup) timed_wall += std::chrono::duration<double>(clock::now() - s0).count();
             if (record) recorder->step_end();
-            loss_sum += ex.f32(tg.loss)[0];
+            loss_sum += loss;
             ++er.steps;
             if (++total_steps == warmup) ex.reset_timing();
             if (on_progress) {
@@ -178,11 +248,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     }
     r.step_wall_seconds = timed_wall * per_step;
 
-    if (real_data) {
-        // Evaluate on the whole test set with the training batch size; the last batch is padded and its
-        // padding ignored.
-        data::BatchIterator test_it(split.test.size(), o.batch, false, 0, true);
+    const int64_t eval_total = real_data ? (o.eval_samples < 0 ? split.test.size() : std::min<int64_t>(o.eval_samples, split.test.size())) : 0;
+    if (eval_total > 0) {
+        // Evaluate on the first eval_total test images with the training batch size; the last batch is
+        // padded and its padding ignored.
+        data::BatchIterator test_it(eval_total, o.batch, false, 0, true);
         int64_t correct = 0;
+        const auto t0 = clock::now();
         while (auto idx = test_it.next()) {
             const size_t valid = idx->size();
             while (int64_t(idx->size()) < o.batch) idx->push_back(idx->front());
@@ -197,6 +269,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                 correct += best == y[i];
             }
             r.test_samples += int64_t(valid);
+            if (o.on_eval_progress) {
+                const double el = std::chrono::duration<double>(clock::now() - t0).count();
+                o.on_eval_progress({r.test_samples, eval_total, el > 0 ? double(r.test_samples) / el : 0.0});
+            }
         }
         r.test_accuracy = double(correct) / double(r.test_samples);
     }

@@ -20,6 +20,11 @@
 
 namespace joule {
 
+struct EvalProgress {
+    int64_t samples, total;  // test images evaluated so far, to evaluate
+    double images_per_s;     // so far (measured)
+};
+
 struct TrainOptions {
     std::string net = "lenet5";
     std::string dataset = "fashion-mnist";  // or "synthetic"
@@ -44,6 +49,10 @@ struct TrainOptions {
     std::string device_spec;      // data/hw spec name or path for the modelled meter ("" = match this CPU)
     EnergyOptions energy_options;
     std::function<void(const std::string&)> on_meter;  // told the meter line before training starts
+    // Test-set evaluation (Fashion-MNIST): at most this many test images, the first ones (< 0: all; 0: none),
+    // with progress after each batch.
+    int64_t eval_samples = -1;
+    std::function<void(const EvalProgress&)> on_eval_progress;
 };
 
 struct TrainProgress {

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include "backend/cpu/cores.hpp"
 #include "backend/cpu/kernels.hpp"
 
 namespace joule::cpu {
@@ -104,7 +105,7 @@ std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primi
 
 CpuBackend::CpuBackend(int threads, std::string device) : device_(std::move(device)), ctx_(std::make_unique<CpuContext>()) {
     if (threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(threads));
-    threads_ = threads > 0 ? threads : omp_get_num_procs();
+    threads_ = threads > 0 ? threads : usable_cores();  // the affinity mask, not omp_get_num_procs()
     omp_set_num_threads(threads_);
 }
 
