@@ -78,7 +78,7 @@ TEST(Efficiency, AStepSlowedByTheMachineIsAnOutlier) {
     stream.fixed_s = 3e-6, stream.memory_scale = 1.8;
     std::vector<EfficiencySample> v = known_samples(gemm, stream);
     v[7].measured_s *= 20;  // one GEMM measured in a step the machine stalled
-    const KindEfficiency& g = fit_efficiency(v).kinds.at("Linear");
+    const KindEfficiency g = fit_efficiency(v).kinds.at("Linear");  // a copy: the fitted model is a temporary
     EXPECT_EQ(g.samples, 36);
     EXPECT_EQ(g.outliers, 1);
     EXPECT_NEAR(g.compute_scale, 1.5, 1e-6);
