@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "graph/error.hpp"
@@ -57,8 +58,14 @@ IdxArray read_idx(const std::string& path) {
         total *= v;
     }
     if (total > (uint64_t(1) << 34)) throw Error(path + ": IDX array of " + std::to_string(total) + " elements is too large");
-    a.values.resize(size_t(total));
-    read_exact(file.f, a.values.data(), a.values.size(), path, "the IDX data");
+    // Grow the array as the data arrives: a header that claims more than the file holds fails on its
+    // first missing chunk, never by allocating what it claims.
+    constexpr size_t kChunk = size_t(64) << 20;
+    while (a.values.size() < total) {
+        const size_t at = a.values.size(), n = std::min<size_t>(kChunk, size_t(total) - at);
+        a.values.resize(at + n);
+        read_exact(file.f, a.values.data() + at, n, path, "the IDX data");
+    }
     return a;
 }
 

@@ -23,7 +23,7 @@ double DeviceSpec::peak_gflops(DType t) const {
     return v;
 }
 
-DeviceSpec load_device_spec(const std::string& path) {
+DeviceSpec load_device_spec(const std::string& path) try {
     const YAML::Node y = load_versioned_yaml(path, "device spec", "check the path");
     DeviceSpec s;
     s.path = path;
@@ -71,6 +71,8 @@ DeviceSpec load_device_spec(const std::string& path) {
     s.cores = int(cores);
     if (s.idle_w > s.tdp_w) throw Error(path + ": idle_w " + std::to_string(s.idle_w) + " exceeds tdp_w " + std::to_string(s.tdp_w));
     return s;
+} catch (const YAML::Exception& e) {
+    yaml_error(path, e, "device spec");
 }
 
 std::string data_dir() {

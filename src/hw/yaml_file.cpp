@@ -26,4 +26,9 @@ YAML::Node load_versioned_yaml(const std::string& path, const std::string& what,
 
 std::string yaml_where(const std::string& path, const YAML::Node& n) { return path + ":" + std::to_string(n.Mark().line + 1); }
 
+void yaml_error(const std::string& path, const YAML::Exception& e, const std::string& what) {
+    throw Error(path + (e.mark.is_null() ? "" : ":" + std::to_string(e.mark.line + 1)) + ": not a valid " + what + ": " + e.msg,
+                "check the value's type (a number, a string, a list or a map) there");
+}
+
 }  // namespace joule::hw

@@ -16,4 +16,9 @@ YAML::Node load_versioned_yaml(const std::string& path, const std::string& what,
 // "file:line" of a node, for messages.
 std::string yaml_where(const std::string& path, const YAML::Node& n);
 
+// For a loader's function-try-block: a YAML exception that escaped the loader's own checks (a value of
+// the wrong shape where a map, a list or a scalar belongs) becomes an Error naming file, line and what.
+//   DeviceSpec load(const std::string& path) try { ... } catch (const YAML::Exception& e) { hw::yaml_error(path, e, "device spec"); }
+[[noreturn]] void yaml_error(const std::string& path, const YAML::Exception& e, const std::string& what);
+
 }  // namespace joule::hw

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "graph/error.hpp"
+#include "hw/yaml_file.hpp"
 
 namespace joule {
 
@@ -122,7 +123,7 @@ struct Reader {
 
 }  // namespace
 
-Plan parse_plan(const std::string& text, const std::string& origin) {
+Plan parse_plan(const std::string& text, const std::string& origin) try {
     Reader r{origin};
     YAML::Node y;
     try {
@@ -190,6 +191,8 @@ Plan parse_plan(const std::string& text, const std::string& origin) {
         }
     }
     return p;
+} catch (const YAML::Exception& e) {
+    hw::yaml_error(origin, e, "plan file");
 }
 
 Plan read_plan_file(const std::string& path) {

@@ -256,7 +256,7 @@ bool valid_kind_key(const std::string& key) {
 }
 }  // namespace
 
-EfficiencyModel load_efficiency(const std::string& path) {
+EfficiencyModel load_efficiency(const std::string& path) try {
     const YAML::Node y = hw::load_versioned_yaml(path, "the efficiency file", "write one with joule calibrate");
     auto at = [&](const YAML::Node& n) { return hw::yaml_where(path, n); };
     if (!y["kind"] || y["kind"].as<std::string>() != "efficiency") throw Error(path + ": 'kind: efficiency' missing; is this an efficiency file?");
@@ -326,6 +326,8 @@ EfficiencyModel load_efficiency(const std::string& path) {
         m.kinds[key] = k;
     }
     return m;
+} catch (const YAML::Exception& e) {
+    hw::yaml_error(path, e, "efficiency file");
 }
 
 }  // namespace joule::predict
