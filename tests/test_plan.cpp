@@ -109,6 +109,7 @@ TEST(PlanFile, EveryBadPlanIsAClearErrorNamingWhere) {
     expect_error(lowered(h + "storage:\n  - {tensor: conv1.weight, dtype: bf16}\n"), "master copy");
     expect_error(lowered(h + "devices:\n  cpu: {power_limit_w: -3}\n"), "positive");
     expect_error(lowered(h + "default: {device: cpu, dtype: bf16, speed: 2}\n"), "unknown key 'speed'");
+    expect_error(lowered(h + "entries:\n  - {layer: conv1, options: {[a]: b}}\n"), "bad.yaml:4: not a valid plan file");  // found by fuzz_plan
     expect_error([] { read_plan_file("/nonexistent/plan.yaml"); }, "no such plan file");
     expect_error([] { read_plan_file("/tmp"); }, "no such plan file");
 }
