@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <filesystem>
 #include <fstream>
 
@@ -18,58 +20,176 @@ namespace joule::hw {
 namespace fs = std::filesystem;
 
 double DeviceSpec::peak_gflops(DType t) const {
-    const double v = t == DType::BF16 ? peak_bf16_gflops : t == DType::F16 ? peak_f16_gflops : peak_f32_gflops;
-    if (v <= 0) throw Error(path + ": device '" + name + "' has no peak_" + dtype_name(t) + "_gflops", "add it with its source");
+    if (!has_peak(t)) throw Error(path + ": device '" + name + "' has no peak_" + dtype_name(t) + "_gflops", "add it with its source");
+    return t == DType::BF16 ? peak_bf16_gflops : t == DType::F16 ? peak_f16_gflops : peak_f32_gflops;
+}
+
+bool DeviceSpec::has_peak(DType t) const {
+    return (t == DType::BF16 ? peak_bf16_gflops : t == DType::F16 ? peak_f16_gflops : t == DType::F32 ? peak_f32_gflops : 0) > 0;
+}
+
+bool DeviceSpec::answers_to(const std::string& n) const {
+    return n == name || std::find(aliases.begin(), aliases.end(), n) != aliases.end();
+}
+
+namespace {
+
+struct Field {
+    const char* key;
+    double* value;
+};
+
+std::vector<std::string> string_list(const std::string& path, const YAML::Node& n, const std::string& key) {
+    if (!n.IsSequence()) throw Error(yaml_where(path, n) + ": '" + key + "' must be a list of names");
+    std::vector<std::string> v;
+    for (const YAML::Node& x : n) {
+        if (!x.IsScalar() || x.as<std::string>().empty()) throw Error(yaml_where(path, x) + ": '" + key + "' entries must be non-empty names");
+        v.push_back(x.as<std::string>());
+    }
     return v;
 }
+
+double number(const std::string& path, const YAML::Node& n, const std::string& key) {
+    double v = 0;
+    try {
+        v = n.as<double>();
+    } catch (const YAML::Exception&) {
+        throw Error(yaml_where(path, n) + ": '" + key + "' must be a number");
+    }
+    if (!std::isfinite(v) || v < 0) throw Error(yaml_where(path, n) + ": '" + key + "' must be a finite, non-negative number");
+    return v;
+}
+
+std::vector<VfPoint> vf_curve(const std::string& path, const YAML::Node& n) {
+    if (!n.IsSequence() || n.size() < 2) throw Error(yaml_where(path, n) + ": 'vf_curve' must list at least two [mhz, volts] points");
+    std::vector<VfPoint> v;
+    for (const YAML::Node& p : n) {
+        if (!p.IsSequence() || p.size() != 2) throw Error(yaml_where(path, p) + ": a 'vf_curve' point is [mhz, volts]");
+        VfPoint x{number(path, p[0], "vf_curve mhz"), number(path, p[1], "vf_curve volts")};
+        if (x.mhz <= 0 || x.volts <= 0) throw Error(yaml_where(path, p) + ": 'vf_curve' clocks and voltages must be positive");
+        if (!v.empty() && (x.mhz <= v.back().mhz || x.volts < v.back().volts))
+            throw Error(yaml_where(path, p) + ": 'vf_curve' must rise: clocks increasing, voltages not decreasing");
+        v.push_back(x);
+    }
+    return v;
+}
+
+// Cross-field checks: each names the file, the line of the offending field and both values.
+void check_consistent(const DeviceSpec& s, const YAML::Node& y) {
+    auto at = [&](const char* key) { return y[key] ? yaml_where(s.path, y[key]) : s.path; };
+    auto num = [](double v) {
+        std::ostringstream o;
+        o << v;
+        return o.str();
+    };
+    if (s.idle_w > s.tdp_w) throw Error(at("idle_w") + ": idle_w " + num(s.idle_w) + " exceeds tdp_w " + num(s.tdp_w));
+    const bool any_limit = s.power_limit_min_w > 0 || s.power_limit_max_w > 0 || s.power_limit_default_w > 0;
+    if (any_limit) {
+        if (s.power_limit_min_w <= 0 || s.power_limit_max_w <= 0)
+            throw Error(s.path + ": a power-limit range needs both 'power_limit_min_w' and 'power_limit_max_w'");
+        if (s.power_limit_min_w > s.power_limit_max_w)
+            throw Error(at("power_limit_min_w") + ": power_limit_min_w " + num(s.power_limit_min_w) + " exceeds power_limit_max_w " + num(s.power_limit_max_w));
+        if (s.power_limit_min_w <= s.idle_w)
+            throw Error(at("power_limit_min_w") + ": power_limit_min_w " + num(s.power_limit_min_w) + " is not above idle_w " + num(s.idle_w));
+        if (s.power_limit_default_w < s.power_limit_min_w || s.power_limit_default_w > s.power_limit_max_w)
+            throw Error(at("power_limit_default_w") + ": the default power limit " + num(s.power_limit_default_w) + " W is outside [" +
+                        num(s.power_limit_min_w) + ", " + num(s.power_limit_max_w) + "] W");
+    }
+    const bool any_clock = s.clock_min_mhz > 0 || s.clock_max_mhz > 0;
+    if (any_clock) {
+        if (s.clock_min_mhz <= 0 || s.clock_max_mhz <= 0) throw Error(s.path + ": a clock range needs both 'clock_min_mhz' and 'clock_max_mhz'");
+        if (s.clock_min_mhz > s.clock_max_mhz)
+            throw Error(at("clock_min_mhz") + ": clock_min_mhz " + num(s.clock_min_mhz) + " exceeds clock_max_mhz " + num(s.clock_max_mhz));
+        for (const auto& [key, v] : {std::pair{"peak_clock_mhz", s.peak_clock_mhz}, std::pair{"clock_default_mhz", s.clock_default_mhz}})
+            if (v < s.clock_min_mhz || v > s.clock_max_mhz)
+                throw Error(at(key) + ": " + key + " " + num(v) + " is outside the clock range [" + num(s.clock_min_mhz) + ", " + num(s.clock_max_mhz) + "] MHz");
+    } else if (y["peak_clock_mhz"] || y["clock_default_mhz"] || y["clock_step_mhz"] || y["vf_curve"]) {
+        throw Error(s.path + ": clock figures need the clock range ('clock_min_mhz' and 'clock_max_mhz')");
+    }
+    if (!s.vf_curve.empty() && (s.vf_curve.front().mhz < s.clock_min_mhz || s.vf_curve.back().mhz > s.clock_max_mhz))
+        throw Error(at("vf_curve") + ": 'vf_curve' runs outside the clock range [" + num(s.clock_min_mhz) + ", " + num(s.clock_max_mhz) + "] MHz");
+    const double memory_w = s.mem_pj_per_byte * s.mem_bandwidth_gbps * 1e-3;  // pJ/B x GB/s
+    if (memory_w > 0 && s.tdp_w > 0 && memory_w >= s.tdp_w - s.idle_w)
+        throw Error(at("mem_pj_per_byte") + ": memory at full bandwidth would draw " + num(memory_w) + " W, all of the " + num(s.tdp_w - s.idle_w) +
+                    " W between idle_w and tdp_w");
+}
+
+}  // namespace
 
 DeviceSpec load_device_spec(const std::string& path) try {
     const YAML::Node y = load_versioned_yaml(path, "device spec", "check the path");
     DeviceSpec s;
     s.path = path;
     const YAML::Node sources = y["sources"];
+    if (sources && !sources.IsMap()) throw Error(yaml_where(path, sources) + ": 'sources' must map each number's key to where it comes from");
     auto str = [&](const char* key, bool required) {
         if (!y[key]) {
             if (required) throw Error(path + ": missing key '" + key + "'");
             return std::string();
         }
+        if (!y[key].IsScalar()) throw Error(yaml_where(path, y[key]) + ": '" + key + "' must be a string");
         return y[key].as<std::string>();
     };
     s.name = str("name", true);
     s.kind = str("kind", true);
     s.match = str("match", false);
-    if (s.kind != "cpu" && s.kind != "gpu" && s.kind != "fpga") throw Error(path + ": kind '" + s.kind + "' must be cpu, gpu or fpga");
-    struct Field {
-        const char* key;
-        double* value;
-    };
+    s.efficiency = str("efficiency", false);
+    if (s.kind != "cpu" && s.kind != "gpu" && s.kind != "fpga")
+        throw Error(yaml_where(path, y["kind"]) + ": kind '" + s.kind + "' must be cpu, gpu or fpga" +
+                    (s.kind == "link" || s.kind == "system" ? " (a " + s.kind + " file is read by the catalogue, not as a device)" : ""));
     double cores = 0;
     const Field fields[] = {{"cores", &cores},
-                            {"clock_ghz", &s.clock_ghz},
                             {"peak_f32_gflops", &s.peak_f32_gflops},
                             {"peak_bf16_gflops", &s.peak_bf16_gflops},
                             {"peak_f16_gflops", &s.peak_f16_gflops},
                             {"mem_bandwidth_gbps", &s.mem_bandwidth_gbps},
                             {"mem_gib", &s.mem_gib},
                             {"onchip_kib", &s.onchip_kib},
+                            {"l1_kib", &s.l1_kib},
+                            {"mem_pj_per_byte", &s.mem_pj_per_byte},
                             {"tdp_w", &s.tdp_w},
-                            {"idle_w", &s.idle_w}};
+                            {"idle_w", &s.idle_w},
+                            {"power_limit_min_w", &s.power_limit_min_w},
+                            {"power_limit_max_w", &s.power_limit_max_w},
+                            {"power_limit_default_w", &s.power_limit_default_w},
+                            {"clock_min_mhz", &s.clock_min_mhz},
+                            {"clock_max_mhz", &s.clock_max_mhz},
+                            {"clock_default_mhz", &s.clock_default_mhz},
+                            {"peak_clock_mhz", &s.peak_clock_mhz},
+                            {"clock_step_mhz", &s.clock_step_mhz}};
+    auto need_source = [&](const std::string& key) {
+        if (!sources || !sources[key])
+            throw Error(yaml_where(path, y[key]) + ": '" + key + "' has no entry in 'sources'", "every number in data/hw must say where it comes from");
+    };
     for (auto it = y.begin(); it != y.end(); ++it) {
         const std::string key = it->first.as<std::string>();
-        if (key == "version" || key == "name" || key == "kind" || key == "match" || key == "sources") continue;
+        if (key == "version" || key == "name" || key == "kind" || key == "match" || key == "sources" || key == "efficiency") continue;
+        if (key == "aliases") {
+            s.aliases = string_list(path, it->second, key);
+            continue;
+        }
+        if (key == "vf_curve") {
+            s.vf_curve = vf_curve(path, it->second);
+            need_source(key);
+            continue;
+        }
         const Field* f = std::find_if(std::begin(fields), std::end(fields), [&](const Field& x) { return key == x.key; });
         if (f == std::end(fields)) throw Error(yaml_where(path, it->first) + ": unknown key '" + key + "'");
-        try {
-            *f->value = it->second.as<double>();
-        } catch (const YAML::Exception&) {
-            throw Error(yaml_where(path, it->second) + ": '" + key + "' must be a number");
-        }
-        if (*f->value < 0) throw Error(path + ": '" + key + "' must not be negative");
-        if (!sources || !sources[key])
-            throw Error(path + ": '" + key + "' has no entry in 'sources'", "every number in data/hw must say where it comes from");
+        *f->value = number(path, it->second, key);
+        need_source(key);
     }
+    if (sources)
+        for (auto it = sources.begin(); it != sources.end(); ++it)
+            if (!y[it->first.as<std::string>()])
+                throw Error(yaml_where(path, it->first) + ": 'sources' cites '" + it->first.as<std::string>() + "', which the spec does not give");
     s.cores = int(cores);
-    if (s.idle_w > s.tdp_w) throw Error(path + ": idle_w " + std::to_string(s.idle_w) + " exceeds tdp_w " + std::to_string(s.tdp_w));
+    if (s.power_limit_default_w == 0 && s.power_limit_max_w > 0)
+        s.power_limit_default_w = s.tdp_w >= s.power_limit_min_w && s.tdp_w <= s.power_limit_max_w && s.tdp_w > 0 ? s.tdp_w : s.power_limit_max_w;
+    if (s.clock_max_mhz > 0) {
+        if (s.peak_clock_mhz == 0) s.peak_clock_mhz = s.clock_max_mhz;
+        if (s.clock_default_mhz == 0) s.clock_default_mhz = s.peak_clock_mhz;
+    }
+    check_consistent(s, y);
     return s;
 } catch (const YAML::Exception& e) {
     yaml_error(path, e, "device spec");
@@ -88,14 +208,50 @@ std::string data_file(const std::string& name_or_path, const std::string& folder
     return names_a_path(name_or_path) ? name_or_path : data_dir() + "/" + folder + "/" + name_or_path + ".yaml";
 }
 
+std::string spec_file_kind(const std::string& path) {
+    const YAML::Node y = load_versioned_yaml(path, "data/hw file", "check the path");
+    if (!y["kind"] || !y["kind"].IsScalar()) throw Error(path + ": missing key 'kind' (cpu, gpu, fpga, link or system)");
+    return y["kind"].as<std::string>();
+}
+
 std::vector<DeviceSpec> load_all_specs(const std::string& dir) {
     std::vector<DeviceSpec> specs;
     std::error_code ec;
+    std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(dir, ec))
-        if (e.path().extension() == ".yaml") specs.push_back(load_device_spec(e.path().string()));
+        if (e.path().extension() == ".yaml") files.push_back(e.path());
     if (ec) throw Error(dir + ": cannot list device specs: " + ec.message(), "set JOULE_DATA_DIR to the folder holding hw/");
+    for (const fs::path& p : files) {
+        const std::string kind = spec_file_kind(p.string());
+        if (kind != "link" && kind != "system") specs.push_back(load_device_spec(p.string()));
+    }
     std::sort(specs.begin(), specs.end(), [](const DeviceSpec& a, const DeviceSpec& b) { return a.name < b.name; });
+    for (size_t i = 0; i < specs.size(); ++i)  // a name or alias must pick one device
+        for (size_t j = 0; j < specs.size(); ++j)
+            for (const std::string& a : specs[j].aliases)
+                if (i != j && specs[i].answers_to(a))
+                    throw Error(specs[j].path + ": alias '" + a + "' also names " + specs[i].path, "aliases must be unique across " + dir);
     return specs;
+}
+
+namespace {
+std::string names_of(const std::vector<DeviceSpec>& specs, const std::string& kind) {
+    std::string names;
+    for (const DeviceSpec& s : specs) {
+        if (!kind.empty() && s.kind != kind) continue;
+        names += (names.empty() ? "" : ", ") + s.name;
+        for (size_t i = 0; i < s.aliases.size(); ++i) names += (i == 0 ? " (" : ", ") + s.aliases[i] + (i + 1 == s.aliases.size() ? ")" : "");
+    }
+    return names;
+}
+}  // namespace
+
+DeviceSpec find_device_spec(const std::string& name, const std::string& dir) {
+    if (names_a_path(name)) return load_device_spec(name);
+    const std::vector<DeviceSpec> specs = load_all_specs(dir);
+    for (const DeviceSpec& s : specs)
+        if (s.answers_to(name)) return s;
+    throw Error("no device named '" + name + "' in " + dir, "choose one of: " + names_of(specs, "") + " (joule devices lists them)");
 }
 
 std::string cpu_model_name() {
@@ -113,15 +269,13 @@ DeviceSpec find_cpu_spec(const std::string& name_or_path) {
     if (!name_or_path.empty() && names_a_path(name_or_path)) return load_device_spec(name_or_path);
     const std::vector<DeviceSpec> specs = load_all_specs();
     const std::string model = cpu_model_name();
-    std::string names;
     for (const DeviceSpec& s : specs) {
         if (s.kind != "cpu") continue;
-        names += (names.empty() ? "" : ", ") + s.name;
-        if (name_or_path.empty() ? (!s.match.empty() && model.find(s.match) != std::string::npos) : s.name == name_or_path) return s;
+        if (name_or_path.empty() ? (!s.match.empty() && model.find(s.match) != std::string::npos) : s.answers_to(name_or_path)) return s;
     }
     if (name_or_path.empty())
-        throw Error("no CPU spec in " + spec_dir() + " matches this CPU ('" + model + "')", "pass --device-spec with one of: " + names);
-    throw Error("no CPU spec named '" + name_or_path + "' in " + spec_dir(), "choose one of: " + names);
+        throw Error("no CPU spec in " + spec_dir() + " matches this CPU ('" + model + "')", "pass --device-spec with one of: " + names_of(specs, "cpu"));
+    throw Error("no CPU spec named '" + name_or_path + "' in " + spec_dir(), "choose one of: " + names_of(specs, "cpu"));
 }
 
 }  // namespace joule::hw

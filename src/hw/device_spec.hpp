@@ -1,10 +1,13 @@
 // DeviceSpec: a device's published parameters, parsed once from a versioned YAML file in data/hw/.
 //
-//   hw::DeviceSpec cpu = hw::load_device_spec("data/hw/cpu-amd-epyc-turin-2vcpu.yaml");
-//   double peak = cpu.peak_gflops(DType::BF16);
+//   hw::DeviceSpec v100 = hw::load_device_spec("data/hw/gpu-nvidia-v100-sxm2.yaml");
+//   double peak = v100.peak_gflops(DType::F16);      // at peak_clock_mhz
 //
-// Units are in the key names (tdp_w, mem_bandwidth_gbps). Every numeric key must have an entry in the
-// file's `sources:` map saying where the number comes from; a file without one is rejected.
+// Units are in the key names (tdp_w, mem_bandwidth_gbps, clock_max_mhz). Every numeric key must have an
+// entry in the file's `sources:` map saying where the number comes from; a file without one is rejected.
+// Contradictions (idle above TDP, a default power limit outside its range, a voltage/frequency curve
+// that is not increasing, memory power above the dynamic budget) are errors naming the file, line and
+// field. Links and systems (nodes of devices) live in the same folder: hw/catalogue.hpp.
 #pragma once
 
 #include <string>
@@ -14,28 +17,49 @@
 
 namespace joule::hw {
 
+struct VfPoint {
+    double mhz = 0, volts = 0;
+};
+
 struct DeviceSpec {
     std::string name, kind, match, path;  // kind: cpu | gpu | fpga; match: substring of the OS's model name
-    int cores = 0;
-    double clock_ghz = 0;
-    double peak_f32_gflops = 0, peak_bf16_gflops = 0, peak_f16_gflops = 0;
+    std::vector<std::string> aliases;     // short names plans and flags use (`cuda:v100`, `--device v100`)
+    std::string efficiency;               // data/efficiency file with its per-kind curves ("" none)
+    int cores = 0;                        // CPU cores, GPU SMs
+    double peak_f32_gflops = 0, peak_bf16_gflops = 0, peak_f16_gflops = 0;  // at peak_clock_mhz
     double mem_bandwidth_gbps = 0;
     double mem_gib = 0;     // off-chip memory capacity (device memory; 0: not given)
     double onchip_kib = 0;  // the last on-chip level a software-managed buffer would use (GPU L2, CPU L2/L3 share)
+    double l1_kib = 0;      // per core / SM (L1 + shared memory)
+    double mem_pj_per_byte = 0;  // off-chip access energy (0: not given; then memory power is in the activity term)
     double tdp_w = 0, idle_w = 0;
+    // settable board power limit (0: none); the default is the limit the device ships with
+    double power_limit_min_w = 0, power_limit_max_w = 0, power_limit_default_w = 0;
+    // core clock range (0: not settable); peak figures hold at peak_clock_mhz (default: clock_max_mhz);
+    // the device runs at clock_default_mhz unless a setting says otherwise (default: peak_clock_mhz)
+    double clock_min_mhz = 0, clock_max_mhz = 0, clock_default_mhz = 0, peak_clock_mhz = 0, clock_step_mhz = 0;
+    std::vector<VfPoint> vf_curve;  // published voltage at clocks, increasing (empty: not published)
+
     double peak_gflops(DType t) const;  // throws Error when the spec has no figure for t
+    bool has_peak(DType t) const;
+    bool settable_clock() const { return clock_max_mhz > 0 && clock_min_mhz > 0; }
+    bool settable_power() const { return power_limit_max_w > 0; }
+    bool answers_to(const std::string& name_or_alias) const;
 };
 
 DeviceSpec load_device_spec(const std::string& path);
-// Directory of the spec files: $JOULE_DATA_DIR/hw, else the source tree's data/hw.
 std::string data_dir();  // JOULE_DATA_DIR, else the source tree's data/
 std::string spec_dir();  // data_dir()/hw
 // A data file given as a path (containing '/' or ending in .yaml) or as a name: data_dir()/folder/NAME.yaml.
 bool names_a_path(const std::string& name_or_path);
 std::string data_file(const std::string& name_or_path, const std::string& folder);
-std::vector<DeviceSpec> load_all_specs(const std::string& dir = spec_dir());
+// The `kind:` of a data/hw file (cpu, gpu, fpga, link, system), for loaders that take the whole folder.
+std::string spec_file_kind(const std::string& path);
+std::vector<DeviceSpec> load_all_specs(const std::string& dir = spec_dir());  // the devices of the folder
+// A device by file name, alias or path. Throws Error listing the candidates when none fits.
+DeviceSpec find_device_spec(const std::string& name_alias_or_path, const std::string& dir = spec_dir());
 // The spec whose `match` occurs in this machine's CPU model name (/proc/cpuinfo), or a named one
-// (file name without .yaml, or a path). Throws Error listing the candidates when none fits.
+// (file name, alias, or a path). Throws Error listing the candidates when none fits.
 DeviceSpec find_cpu_spec(const std::string& name_or_path = "");
 std::string cpu_model_name();
 

@@ -1,0 +1,156 @@
+// hw/: device specs (every error path: missing sources, unknown keys, wrong shapes, contradictions),
+// links, systems and the catalogue (aliases unique, systems naming what the folder has), and the
+// shipped data/hw folder itself.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hw/catalogue.hpp"
+#include "test_util.hpp"
+
+namespace joule::hw {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Folder {
+    fs::path dir;
+    explicit Folder(const std::string& name) : dir(fs::temp_directory_path() / ("joule_hw_" + std::to_string(getpid())) / name) {
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+    }
+    std::string put(const std::string& file, const std::string& body) const {
+        std::ofstream(dir / file) << body;
+        return (dir / file).string();
+    }
+};
+
+const std::string kGpu =
+    "version: 1\nname: g\nkind: gpu\naliases: [gg]\ncores: 10\npeak_f32_gflops: 1000\nmem_bandwidth_gbps: 100\ntdp_w: 200\nidle_w: 20\n"
+    "power_limit_min_w: 100\npower_limit_max_w: 200\nclock_min_mhz: 500\nclock_max_mhz: 1500\n"
+    "sources: {cores: a, peak_f32_gflops: a, mem_bandwidth_gbps: a, tdp_w: a, idle_w: a, power_limit_min_w: a, power_limit_max_w: a, clock_min_mhz: a, clock_max_mhz: a}\n";
+
+// kGpu with `key: value` replaced (or added, with a source) -- one field wrong at a time
+std::string with(const std::string& key, const std::string& value) {
+    std::string s = kGpu;
+    const size_t at = s.find("\n" + key + ":");
+    if (at != std::string::npos) {
+        const size_t end = s.find('\n', at + 1);
+        return s.replace(at + 1, end - at - 1, key + ": " + value);
+    }
+    s.insert(s.find("sources: {") + 10, key + ": x, ");
+    return s.insert(s.find("sources:"), key + ": " + value + "\n");
+}
+
+TEST(DeviceSpec, LoadsAFullSpecWithDefaults) {
+    Folder f("full");
+    const DeviceSpec s = load_device_spec(f.put("g.yaml", kGpu));
+    EXPECT_EQ(s.aliases, std::vector<std::string>{"gg"});
+    EXPECT_TRUE(s.answers_to("gg"));
+    EXPECT_EQ(s.power_limit_default_w, 200);  // the TDP, inside the range
+    EXPECT_EQ(s.peak_clock_mhz, 1500);        // the maximum clock
+    EXPECT_EQ(s.clock_default_mhz, 1500);
+    EXPECT_FALSE(s.has_peak(DType::BF16));
+    test::expect_error([&] { s.peak_gflops(DType::F16); }, "no peak_f16_gflops");
+}
+
+TEST(DeviceSpec, RejectsEveryBadField) {
+    Folder f("bad");
+    int i = 0;
+    auto bad = [&](const std::string& body, const std::string& message) {
+        const std::string path = f.put("b" + std::to_string(i++) + ".yaml", body);
+        test::expect_error([&] { load_device_spec(path); }, message);
+    };
+    bad("version: 1\nname: t\nkind: cpu\ncores: 2\n", "'cores' has no entry in 'sources'");
+    bad("version: 2\nname: t\nkind: cpu\n", "unsupported or missing 'version'");
+    bad(kGpu + "turbo_w: 3\n", "unknown key 'turbo_w'");
+    bad(with("cores", "many"), "'cores' must be a number");
+    bad(with("tdp_w", "-5"), "'tdp_w' must be a finite, non-negative number");
+    bad(with("tdp_w", ".nan"), "'tdp_w' must be a finite, non-negative number");
+    bad("version: 1\nname: [t\n", "invalid YAML");
+    bad("version: 1\nkind: gpu\n", "missing key 'name'");
+    bad(with("kind", "tpu"), "kind 'tpu' must be cpu, gpu or fpga");
+    bad(with("kind", "link"), "read by the catalogue");
+    bad(with("aliases", "v100"), "'aliases' must be a list");
+    bad(with("idle_w", "300"), ":9: idle_w 300 exceeds tdp_w 200");  // names the line of the field
+    bad(with("power_limit_min_w", "250"), "power_limit_min_w 250 exceeds power_limit_max_w 200");
+    bad(with("power_limit_min_w", "10"), "is not above idle_w 20");
+    bad(with("power_limit_default_w", "90"), "the default power limit 90 W is outside [100, 200] W");
+    bad(with("clock_min_mhz", "2000"), "clock_min_mhz 2000 exceeds clock_max_mhz 1500");
+    bad(with("peak_clock_mhz", "1600"), "peak_clock_mhz 1600 is outside the clock range [500, 1500] MHz");
+    bad(with("vf_curve", "[[600, 0.8]]"), "at least two [mhz, volts] points");
+    bad(with("vf_curve", "[[600, 0.8], [500, 0.9]]"), "'vf_curve' must rise");
+    bad(with("vf_curve", "[[600, 0.9], [700, 0.8]]"), "'vf_curve' must rise");
+    bad(with("vf_curve", "[[600, 0.8], [1600, 0.9]]"), "runs outside the clock range");
+    bad(with("vf_curve", "[600, 0.8]"), "a 'vf_curve' point is [mhz, volts]");
+    bad(with("mem_pj_per_byte", "5000"), "memory at full bandwidth would draw 500 W");
+    bad("version: 1\nname: t\nkind: cpu\ncores: 2\nsources: {cores: a, tdp_w: b}\n", "'sources' cites 'tdp_w', which the spec does not give");
+    bad("version: 1\nname: t\nkind: gpu\npower_limit_max_w: 3\nsources: {power_limit_max_w: a}\n", "needs both 'power_limit_min_w' and 'power_limit_max_w'");
+    bad("version: 1\nname: t\nkind: gpu\npeak_clock_mhz: 3\nsources: {peak_clock_mhz: a}\n", "clock figures need the clock range");
+    test::expect_error([&] { load_device_spec((f.dir / "absent.yaml").string()); }, "cannot open device spec");
+    test::expect_error([&] { load_device_spec(f.dir.string()); }, "it is a directory");
+}
+
+TEST(Catalogue, LinksSystemsAndAliases) {
+    Folder f("catalogue");
+    f.put("g.yaml", kGpu);
+    f.put("h.yaml", with("name", "h").replace(kGpu.find("[gg]"), 4, "[hh]"));
+    const std::string link = "version: 1\nname: l\nkind: link\naliases: [ll]\nbandwidth_gbps: 10\nlatency_us: 1\nenergy_pj_per_byte: 5\n"
+                             "sources: {bandwidth_gbps: a, latency_us: b, energy_pj_per_byte: c}\n";
+    f.put("l.yaml", link);
+    f.put("s.yaml", "version: 1\nname: s\nkind: system\naliases: [g+h]\ndevices: [gg, h]\nlinks:\n  - {between: [gg, hh], link: ll}\nnetwork: l\n");
+    const Catalogue c = load_catalogue(f.dir.string());
+    EXPECT_EQ(c.devices.size(), 2u);
+    const SystemSpec& s = c.system("g+h");
+    EXPECT_EQ(s.devices, (std::vector<std::string>{"g", "h"}));  // resolved from aliases
+    ASSERT_NE(c.link_between(s, "h", "g"), nullptr);            // either order
+    EXPECT_EQ(c.link_between(s, "h", "g")->bandwidth_gbps, 10);
+    test::expect_error([&] { c.device("v100"); }, "no device named 'v100'");
+
+    auto broken = [&](const std::string& file, const std::string& body, const std::string& message) {
+        Folder b("broken");
+        b.put("g.yaml", kGpu);
+        b.put("h.yaml", with("name", "h").replace(kGpu.find("[gg]"), 4, "[hh]"));
+        b.put("l.yaml", link);
+        b.put(file, body);
+        test::expect_error([&] { load_catalogue(b.dir.string()); }, message);
+    };
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg, k80]\n", "names the device 'k80', which");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg, h]\nlinks:\n  - {between: [gg, h], link: nvlink9}\n", "names the link 'nvlink9'");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg]\nlinks:\n  - {between: [gg, h], link: l}\n", "ends at 'h', which is not one of its devices");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg, h]\nlinks:\n  - {between: [gg, h], link: l}\n  - {between: [h, g], link: l}\n", "links 'h' and 'g' twice");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg, g]\n", "lists device 'g' twice");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg]\nlinks:\n  - {between: [gg, gg], link: l}\n", "names two different devices");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: gg\n", "'devices' must be a list");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg]\ncolour: red\n", "unknown key 'colour'");
+    broken("s.yaml", "version: 1\nname: s\nkind: system\ndevices: [gg]\nnetwork: ib-xdr\n", "names the network link 'ib-xdr'");
+    broken("s.yaml", "version: 1\nname: gg\nkind: system\ndevices: [g]\n", "the name 'gg' is also used by");
+    broken("m.yaml", "version: 1\nname: m\nkind: link\nbandwidth_gbps: 10\nlatency_us: 1\nsources: {bandwidth_gbps: a, latency_us: b}\n", "missing key 'energy_pj_per_byte'");
+    broken("m.yaml", "version: 1\nname: m\nkind: link\nbandwidth_gbps: 10\nlatency_us: 1\nenergy_pj_per_byte: 1\nsources: {bandwidth_gbps: a, latency_us: b}\n",
+           "'energy_pj_per_byte' has no entry in 'sources'");
+    broken("m.yaml", "version: 1\nname: m\nkind: link\nbandwidth_gbps: 20\nraw_bandwidth_gbps: 10\nlatency_us: 1\nenergy_pj_per_byte: 1\n"
+                     "sources: {bandwidth_gbps: a, raw_bandwidth_gbps: a, latency_us: b, energy_pj_per_byte: c}\n", "exceeds raw_bandwidth_gbps");
+    broken("x.yaml", "version: 1\nname: x\n", "missing key 'kind'");
+}
+
+TEST(Catalogue, TheShippedFolderLoadsAndCoversTheIssueDevices) {
+    const Catalogue c = load_catalogue();
+    for (const char* d : {"v100", "v100-pcie", "2080ti", "k40", "a100", "h100", "h200", "gold6148", "turin-2vcpu", "xeon6-2vcpu"}) {
+        const DeviceSpec& s = c.device(d);
+        EXPECT_GT(s.peak_f32_gflops, 0) << d;
+        EXPECT_GT(s.mem_bandwidth_gbps, 0) << d;
+        EXPECT_GT(s.tdp_w, s.idle_w) << d;
+        EXPECT_GT(s.onchip_kib, 0) << d;
+    }
+    for (const char* l : {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink4", "ib-hdr", "ib-ndr", "eth-100g", "eth-200g", "eth-400g"})
+        EXPECT_GT(c.link(l).bandwidth_gbps, 0) << l;
+    const SystemSpec& s = c.system("cpu+v100");
+    ASSERT_NE(c.link_between(s, "gold6148", "v100"), nullptr);
+    EXPECT_EQ(find_device_spec("v100").name, "gpu-nvidia-v100-sxm2");
+    EXPECT_EQ(find_cpu_spec("turin-2vcpu").name, "cpu-amd-epyc-turin-2vcpu");
+}
+
+}  // namespace
+}  // namespace joule::hw
