@@ -162,6 +162,29 @@ TEST(Efficiency, LoadNamesWhatIsWrong) {
     EXPECT_NO_THROW(load_efficiency(temp_file("q.yaml", head + "  Conv2d.grouped.bf16: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")));
     // a directory given as the file
     test::expect_error([&] { load_efficiency("/tmp"); }, "/tmp: cannot open the efficiency file: it is a directory");
+    // curves set from published figures cite every kind
+    const std::string generic = head + "  gemm.f16: {fixed_s: 0, compute_scale: 1, memory_scale: 0, half_m: 0, half_n: 0, half_k: 0}\n"
+                                       "  other: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n";
+    EXPECT_NO_THROW(load_efficiency(temp_file("c.yaml", generic + "sources: {gemm.f16: a, other: b, hardware: c}\n")));
+    test::expect_error([&] { load_efficiency(temp_file("c1.yaml", generic + "sources: {gemm.f16: a}\n")); }, "kind 'other' has no entry in 'sources'");
+    test::expect_error([&] { load_efficiency(temp_file("c2.yaml", generic + "sources: {gemm.f16: a, other: b, Relu: c}\n")); },
+                       "'sources' cites 'Relu', which 'kinds' does not have");
+    test::expect_error([&] { load_efficiency(temp_file("c3.yaml", generic + "sources: [a]\n")); }, "'sources' must map kinds");
+    test::expect_error([&] { load_efficiency(temp_file("c4.yaml", head + "  gemms: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
+                       "unknown op kind 'gemms'");
+}
+
+TEST(Efficiency, GenericCurvesStandInForKindsWithoutTheirOwn) {
+    EfficiencyModel m;
+    KindEfficiency conv, gemm, gemm16, other;
+    conv.fixed_s = 1, gemm.fixed_s = 2, gemm16.fixed_s = 3, other.fixed_s = 4;
+    m.kinds = {{"Conv2d", conv}, {"gemm", gemm}, {"gemm.f16", gemm16}, {"other", other}};
+    EXPECT_EQ(m.lookup(OpKind::Conv2d, true, false, DType::F32)->fixed_s, 1);   // its own curve first
+    EXPECT_EQ(m.lookup(OpKind::Linear, true, false, DType::F32)->fixed_s, 2);   // then its class's
+    EXPECT_EQ(m.lookup(OpKind::Conv2d, true, false, DType::F16)->fixed_s, 3);   // in its dtype
+    EXPECT_EQ(m.lookup(OpKind::Relu, false, false, DType::F32)->fixed_s, 4);
+    EXPECT_EQ(m.lookup(OpKind::Relu, false, false, DType::BF16), nullptr);      // no bf16 curve of either
+    EXPECT_EQ(m.lookup(OpKind::Conv2d, true, true, DType::F32), nullptr);       // nor a grouped one
 }
 
 TEST(Efficiency, WarnsOfFitsFromFewPointsOrMostlyOutliers) {

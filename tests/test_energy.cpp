@@ -182,16 +182,19 @@ TEST(ChooseMeter, FallsBackToModelledAndSaysWhy) {
     EXPECT_NE(m.message.find("(measured)"), std::string::npos);
 }
 
-TEST(PowerModel, RooflineUtilisation) {
+TEST(PowerModel, ActivityFromTheRoofline) {
     const hw::DeviceSpec spec = test_spec();
     const PowerModel m(spec, 1);  // one of two cores
-    NodeCost c;
-    c.flops = spec.peak_f32_gflops * 1e9 / 2 * 0.5;  // half the single-core peak for 1 s
-    EXPECT_NEAR(m.utilisation(c, DType::F32, 1.0), 0.5, 1e-3);
-    EXPECT_NEAR(m.utilisation(c, DType::BF16, 1.0), 0.5 * spec.peak_f32_gflops / spec.peak_bf16_gflops, 1e-3);
-    c.flops = 1e15;
-    EXPECT_DOUBLE_EQ(m.utilisation(c, DType::F32, 1.0), 1.0);  // clipped
-    EXPECT_NEAR(m.dynamic_w(1.0), (38.75 - 11.6) / 2, 1e-9);
+    Graph g;
+    const TensorId x = g.parameter("x", {{256, 256}}, Init::ones());
+    const TensorId w = g.parameter("w", {{256, 256}}, Init::ones());
+    g.add1(OpKind::Linear, LinearAttrs{false}, {x, w}, "fc");
+    const predict::NodeWork work = predict::node_work(g, 0, DType::F32, spec.onchip_kib * 1024);
+    const predict::Roofline r = predict::roofline(work.flops, work.bytes, spec.peak_f32_gflops * 1e9 / 2, spec.mem_bandwidth_gbps * 1e9 / 2);
+    const double core = (38.75 - 11.6) / 2;  // the TDP share of one core above idle (the spec gives no memory energy)
+    EXPECT_NEAR(m.node_dynamic_w(g, 0, 2 * r.seconds()), core * 0.5, 1e-9);  // busy half the time
+    EXPECT_NEAR(m.node_dynamic_w(g, 0, r.seconds() / 4), core, 1e-9);       // faster than the roofline: clipped
+    EXPECT_EQ(m.node_dynamic_w(g, 0, 0), 0);
 }
 
 class FakeMeter : public PowerMeter {
@@ -256,34 +259,9 @@ TEST(Attribution, ModelledSumsAddUp) {
     for (double j : a.node_joules) sum += j;
     EXPECT_NEAR(sum, a.total_joules, 1e-12);
     EXPECT_NEAR(a.idle_joules, 11.6 * 0.0021, 1e-9);
-    // fc: 2*64*256*256 FLOP in 1 ms against the spec's peak (or its bytes against the bandwidth)
-    const NodeCost fc = node_cost(g, 0);
-    const double u = std::max(fc.flops / 1e-3 / (m.spec().peak_f32_gflops * 1e9), (fc.bytes_read + fc.bytes_written) / 1e-3 / (m.spec().mem_bandwidth_gbps * 1e9));
-    EXPECT_NEAR(a.node_joules[0], m.dynamic_w(std::min(u, 1.0)) * 1e-3, 1e-6);
-}
-
-TEST(DeviceSpec, LoadsAndRejectsBadFiles) {
-    const hw::DeviceSpec s = test_spec();
-    EXPECT_EQ(s.kind, "cpu");
-    EXPECT_EQ(s.cores, 2);
-    EXPECT_GT(s.peak_gflops(DType::BF16), s.peak_gflops(DType::F32));
-    test::expect_error([&] { s.peak_gflops(DType::F16); }, "no peak_f16_gflops");
-    const fs::path d = temp_dir("specs");
-    auto spec_file = [&](const std::string& name, const std::string& body) {
-        write(d / name, body);
-        return (d / name).string();
-    };
-    const std::string ok = "version: 1\nname: t\nkind: cpu\ncores: 2\ntdp_w: 10\nsources:\n  cores: a\n  tdp_w: b\n";
-    EXPECT_EQ(hw::load_device_spec(spec_file("ok.yaml", ok)).tdp_w, 10);
-    test::expect_error([&] { hw::load_device_spec(spec_file("nosrc.yaml", "version: 1\nname: t\nkind: cpu\ncores: 2\n")); }, "'cores' has no entry in 'sources'");
-    test::expect_error([&] { hw::load_device_spec(spec_file("v2.yaml", "version: 2\nname: t\nkind: cpu\n")); }, "unsupported or missing 'version'");
-    test::expect_error([&] { hw::load_device_spec(spec_file("key.yaml", ok + "turbo_w: 3\n")); }, "unknown key 'turbo_w'");
-    test::expect_error([&] { hw::load_device_spec(spec_file("nan.yaml", "version: 1\nname: t\nkind: cpu\ncores: many\nsources: {cores: x}\n")); }, "'cores' must be a number");
-    test::expect_error([&] { hw::load_device_spec(spec_file("bad.yaml", "version: 1\nname: [t\n")); }, "invalid YAML");
-    test::expect_error([&] { hw::load_device_spec((d / "absent.yaml").string()); }, "cannot open device spec");
-    test::expect_error([&] { hw::load_device_spec(d.string()); }, d.string() + ": cannot open device spec: it is a directory");
-    EXPECT_EQ(hw::load_device_spec(hw::data_file("gpu-nvidia-v100-sxm2", "hw")).mem_gib, 32);  // memory capacity, for analyze's fit check
-    test::expect_error([&] { hw::find_cpu_spec("no-such-cpu"); }, "no CPU spec named 'no-such-cpu'");
+    // fc: its roofline (2*64*256*256 FLOP against the spec's peak, or its bytes against the bandwidth) over 1 ms
+    EXPECT_NEAR(a.node_joules[0], m.node_dynamic_w(g, 0, 1e-3) * 1e-3, 1e-12);
+    EXPECT_GT(a.node_joules[0], 0);
 }
 
 }  // namespace

@@ -101,8 +101,12 @@ TEST(Catalogue, LinksSystemsAndAliases) {
                              "sources: {bandwidth_gbps: a, latency_us: b, energy_pj_per_byte: c}\n";
     f.put("l.yaml", link);
     f.put("s.yaml", "version: 1\nname: s\nkind: system\naliases: [g+h]\ndevices: [gg, h]\nlinks:\n  - {between: [gg, hh], link: ll}\nnetwork: l\n");
+    // the loader takes any device kind: an FPGA board in a system
+    f.put("f.yaml", with("name", "b").replace(kGpu.find("[gg]"), 4, "[s10x]").replace(kGpu.find("kind: gpu"), 9, "kind: fpga"));  // later offset first
+    f.put("t.yaml", "version: 1\nname: t\nkind: system\naliases: [gg+s10x]\ndevices: [gg, s10x]\nlinks:\n  - {between: [gg, s10x], link: ll}\n");
     const Catalogue c = load_catalogue(f.dir.string());
-    EXPECT_EQ(c.devices.size(), 2u);
+    EXPECT_EQ(c.devices.size(), 3u);
+    EXPECT_EQ(c.device(c.system("gg+s10x").devices[1]).kind, "fpga");
     const SystemSpec& s = c.system("g+h");
     EXPECT_EQ(s.devices, (std::vector<std::string>{"g", "h"}));  // resolved from aliases
     ASSERT_NE(c.link_between(s, "h", "g"), nullptr);            // either order

@@ -48,21 +48,8 @@ Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, c
 }
 
 bool supports_in(const Backend& backend, const Graph& g, NodeId id, DType dtype) {
-    // A graph of this node alone, its float operands stored as `dtype` would store them (f32 ones stay f32).
-    Graph view;
-    Node n = g.node(id);
-    n.compute = dtype;
-    const OpInfo& info = op_info(n.kind);
-    auto operand = [&](TensorId t, bool f32) {
-        TensorDesc d = g.tensor(t).desc;
-        if (is_float(d.dtype)) d.dtype = f32 ? DType::F32 : dtype;
-        return view.input(g.tensor(t).name, d, g.tensor(t).role);
-    };
-    for (size_t i = 0; i < n.inputs.size(); ++i) n.inputs[i] = operand(n.inputs[i], has_bit(info.f32_inputs, i));
-    for (size_t i = 0; i < n.outputs.size(); ++i) n.outputs[i] = operand(n.outputs[i], has_bit(info.f32_outputs, i));
-    n.source = kNone;
-    const NodeId v = view.append(std::move(n));
-    return backend.supports(view, v).ok;
+    const Graph view = node_alone(g, id, dtype);
+    return backend.supports(view, NodeId(0)).ok;
 }
 
 }  // namespace joule

@@ -9,25 +9,25 @@ namespace joule::energy {
 
 const char* kind_name(MeterKind k) { return k == MeterKind::Measured ? "measured" : "modelled"; }
 
-PowerModel::PowerModel(hw::DeviceSpec spec, int threads) : spec_(std::move(spec)) {
-    if (spec_.tdp_w <= 0 || spec_.peak_f32_gflops <= 0 || spec_.mem_bandwidth_gbps <= 0 || spec_.cores <= 0)
-        throw Error(spec_.path + ": the modelled meter needs tdp_w, idle_w, cores, peak_f32_gflops and mem_bandwidth_gbps");
-    share_ = std::clamp(double(threads) / double(spec_.cores), 0.0, 1.0);
+namespace {
+predict::DeviceModel slice(hw::DeviceSpec spec, int threads) {
+    if (spec.cores <= 0) throw Error(spec.path + ": the modelled meter needs 'cores' (the share of the device the threads use)");
+    const double share = std::clamp(double(threads) / double(spec.cores), 0.0, 1.0);
+    return predict::DeviceModel(std::move(spec), std::nullopt, share > 0 ? share : 1);
 }
+}  // namespace
 
-double PowerModel::utilisation(const NodeCost& c, DType compute, double seconds) const {
-    if (seconds <= 0) return 0;
-    const double peak = (compute == DType::F32 ? spec_.peak_f32_gflops : spec_.peak_gflops(compute)) * 1e9 * share_;
-    const double bw = spec_.mem_bandwidth_gbps * 1e9 * share_;
-    const double u = std::max(c.flops / seconds / peak, (c.bytes_read + c.bytes_written) / seconds / bw);
-    return std::clamp(u, 0.0, 1.0);
+PowerModel::PowerModel(hw::DeviceSpec spec, int threads) : model_(slice(std::move(spec), threads)) {}
+
+double PowerModel::node_dynamic_w(const Graph& g, NodeId n, double seconds) const {
+    const DType dtype = g.node(n).compute;
+    const predict::NodeWork w = predict::node_work(g, n, dtype, model_.capacity());
+    return predict::dynamic_watts(model_, w.flops, w.bytes, model_.has(dtype) ? dtype : DType::F32, seconds);
 }
-
-double PowerModel::dynamic_w(double utilisation) const { return (spec_.tdp_w - spec_.idle_w) * share_ * utilisation; }
 
 std::string PowerModel::describe() const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%s: idle %.1f W + %.1f W x utilisation", spec_.name.c_str(), spec_.idle_w, (spec_.tdp_w - spec_.idle_w) * share_);
+    std::snprintf(buf, sizeof buf, "%s: idle %.1f W + %.1f W x activity", spec().name.c_str(), idle_w(), model_.core_dynamic_w());
     return buf;
 }
 

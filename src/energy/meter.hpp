@@ -16,6 +16,7 @@
 
 #include "graph/cost.hpp"
 #include "hw/device_spec.hpp"
+#include "predict/device_model.hpp"
 
 namespace joule::energy {
 
@@ -58,20 +59,21 @@ PerfEventSpec parse_perf_event(const std::string& pmu_dir, const std::string& ev
 // NVML (dlopen of `library`, GPU `index`).
 std::unique_ptr<PowerMeter> open_nvml(const std::string& library = "libnvidia-ml.so.1", unsigned index = 0);
 
-// Modelled power: idle + (tdp - idle) x utilisation, utilisation from the node's measured time and
-// the spec's roofline (max of compute and memory utilisation, clipped to [0, 1]).
+// Modelled power: idle + the cost interface's dynamic power of each node (predict/device_model.hpp:
+// core power x activity, activity = the node's roofline time over its measured time, plus memory
+// energy per byte where the spec gives it), on the share of the device the threads use.
 class PowerModel {
 public:
     PowerModel(hw::DeviceSpec spec, int threads);
-    double utilisation(const NodeCost& c, DType compute, double seconds) const;
-    double idle_w() const { return spec_.idle_w; }
-    double dynamic_w(double utilisation) const;  // power above idle
-    const hw::DeviceSpec& spec() const { return spec_; }
+    // Dynamic watts of node n of g that took `seconds` (measured) computing in its own dtype.
+    double node_dynamic_w(const Graph& g, NodeId n, double seconds) const;
+    double idle_w() const { return model_.idle_w(); }
+    const hw::DeviceSpec& spec() const { return model_.spec(); }
+    const predict::DeviceModel& model() const { return model_; }
     std::string describe() const;
 
 private:
-    hw::DeviceSpec spec_;
-    double share_;  // threads / cores
+    predict::DeviceModel model_;
 };
 
 struct MeterChoice {

@@ -115,8 +115,7 @@ Attribution attribute_modelled(const Graph& g, const std::vector<NodeSpan>& span
     a.total_joules = a.idle_joules;
     for (const NodeSpan& s : spans) {
         const double dt = s.end - s.start;
-        const double u = model.utilisation(node_cost(g, s.node), g.node(s.node).compute, dt);
-        const double e = model.dynamic_w(u) * dt;
+        const double e = model.node_dynamic_w(g, s.node, dt) * dt;
         a.node_joules.push_back(e);
         a.node_seconds.push_back(dt);
         a.total_joules += e;

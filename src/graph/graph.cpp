@@ -110,6 +110,31 @@ Graph Graph::tensors_only() const {
     return g;
 }
 
+DType operand_dtype(const Graph& g, NodeId n, TensorId t, bool output, size_t index, DType compute) {
+    const DType d = g.tensor(t).desc.dtype;
+    const OpKind kind = g.node(n).kind;
+    if (!is_float(d) || kind == OpKind::Transfer) return d;  // a transfer moves the dtype it is given
+    if (kind == OpKind::Cast) return output ? compute : d;   // a cast reads its source dtype, writes `compute`
+    const OpInfo& info = op_info(kind);
+    return has_bit(output ? info.f32_outputs : info.f32_inputs, index) ? DType::F32 : compute;
+}
+
+Graph node_alone(const Graph& g, NodeId id, DType compute) {
+    Graph view;
+    Node n = g.node(id);
+    n.compute = compute;
+    auto operand = [&](TensorId t, bool output, size_t i) {
+        TensorDesc d = g.tensor(t).desc;
+        d.dtype = operand_dtype(g, id, t, output, i, compute);
+        return view.input(g.tensor(t).name, d, g.tensor(t).role);
+    };
+    for (size_t i = 0; i < n.inputs.size(); ++i) n.inputs[i] = operand(n.inputs[i], false, i);
+    for (size_t i = 0; i < n.outputs.size(); ++i) n.outputs[i] = operand(n.outputs[i], true, i);
+    n.source = kNone;
+    view.append(std::move(n));
+    return view;
+}
+
 NodeId Graph::append(Node node) {
     const std::string where = "op '" + node.name + "' (" + op_name(node.kind) + ")";
     const std::vector<TensorDesc> out = infer(node, where);

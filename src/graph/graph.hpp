@@ -109,6 +109,15 @@ private:
     std::vector<std::vector<NodeId>> consumers_;  // per tensor
 };
 
+// The storage dtype of operand t (input or output `index` of node n) when n computes in `compute`:
+// float operands take `compute`, except those the op keeps in f32 (OpInfo f32_inputs / f32_outputs);
+// integer operands keep theirs; a Cast reads its stored source dtype and writes `compute`, a Transfer
+// moves its tensor's dtype.
+DType operand_dtype(const Graph& g, NodeId n, TensorId t, bool output, size_t index, DType compute);
+// A graph of node n alone, computing in `compute`, its operands stored as operand_dtype() says and
+// keeping their roles: a context-free view of the node for supports() and cost questions.
+Graph node_alone(const Graph& g, NodeId n, DType compute);
+
 template <class A>
 const A& attrs_as(const Node& n) {
     return std::get<A>(n.attrs);

@@ -182,13 +182,30 @@ std::vector<std::string> fit_warnings(const EfficiencyModel& m) {
     return out;
 }
 
-std::string efficiency_key(const Graph& g, NodeId id) {
-    const Node& n = g.node(id);
-    std::string key = op_name(n.kind);
-    GemmShape s;
-    if (gemm_shape(g, id, &s) && s.count > 1) key += ".grouped";
-    if (n.compute != DType::F32) key += std::string(".") + dtype_name(n.compute);
+namespace {
+std::string suffixed(std::string key, bool grouped, DType compute) {
+    if (grouped) key += ".grouped";
+    if (compute != DType::F32) key += std::string(".") + dtype_name(compute);
     return key;
+}
+}  // namespace
+
+std::string efficiency_key(OpKind kind, bool grouped, DType compute) { return suffixed(op_name(kind), grouped, compute); }
+
+std::string efficiency_key(const Graph& g, NodeId id) {
+    GemmShape s;
+    return efficiency_key(g.node(id).kind, gemm_shape(g, id, &s) && s.count > 1, g.node(id).compute);
+}
+
+const KindEfficiency* EfficiencyModel::lookup(OpKind kind, bool gemm, bool grouped, DType compute) const {
+    if (const KindEfficiency* k = find(efficiency_key(kind, grouped, compute))) return k;
+    return find(suffixed(gemm ? "gemm" : "other", grouped, compute));
+}
+
+const KindEfficiency* EfficiencyModel::lookup(const Graph& g, NodeId id, DType compute) const {
+    GemmShape s;
+    const bool gemm = gemm_shape(g, id, &s);
+    return lookup(g.node(id).kind, gemm, gemm && s.count > 1, compute);
 }
 
 EfficiencyModel fit_efficiency(const std::vector<EfficiencySample>& samples) {
@@ -244,10 +261,11 @@ void save_efficiency(const EfficiencyModel& m, const std::string& path) {
 }
 
 namespace {
-// OP[.grouped][.bf16|.f16], OP an op name: the keys efficiency_key() makes.
+// OP[.grouped][.bf16|.f16], OP an op name (the keys efficiency_key() makes) or a generic class (gemm,
+// other).
 bool valid_kind_key(const std::string& key) {
     const std::string op = key.substr(0, key.find('.'));
-    bool known = false;
+    bool known = op == "gemm" || op == "other";
     for (int k = 0; k < int(OpKind::Count) && !known; ++k) known = op == op_name(OpKind(k));
     if (!known) return false;
     std::string rest = key.substr(op.size());
@@ -324,6 +342,17 @@ EfficiencyModel load_efficiency(const std::string& path) try {
         if (v["samples"]) k.samples = int64_t(number(v["samples"], key + ".samples"));
         if (v["outliers"]) k.outliers = int64_t(number(v["outliers"], key + ".outliers"));
         m.kinds[key] = k;
+    }
+    // Curves set from published figures (not fitted here) cite them per kind, like data/hw specs.
+    if (const YAML::Node sources = y["sources"]) {
+        if (!sources.IsMap()) throw Error(at(sources) + ": 'sources' must map kinds (or 'hardware') to where their figures come from");
+        for (auto it = sources.begin(); it != sources.end(); ++it) {
+            const std::string key = it->first.as<std::string>();
+            if (key != "hardware" && !m.kinds.count(key)) throw Error(at(it->first) + ": 'sources' cites '" + key + "', which 'kinds' does not have");
+            m.sources[key] = it->second.as<std::string>();
+        }
+        for (const auto& [key, k] : m.kinds)
+            if (!m.sources.count(key)) throw Error(path + ": kind '" + key + "' has no entry in 'sources'", "a file with sources cites every kind");
     }
     return m;
 } catch (const YAML::Exception& e) {

@@ -53,11 +53,18 @@ struct EfficiencyModel {
     CalibrationHardware hardware;
     std::string fitted_from;  // what the records were (database, configurations)
     std::string path;         // the file it was loaded from, if any
+    std::map<std::string, std::string> sources;  // per kind: the published figures it was set from (files not fitted here)
     const KindEfficiency* find(const std::string& key) const;
+    // The curve a node takes when computing in `compute`: its own kind (efficiency_key), else the file's
+    // generic curve for its class -- `gemm` (conv / linear / matmul) or `other`, with the same .grouped
+    // and dtype suffixes -- which files built from published figures give; null when neither exists.
+    const KindEfficiency* lookup(const Graph& g, NodeId n, DType compute) const;
+    const KindEfficiency* lookup(OpKind kind, bool gemm, bool grouped, DType compute) const;
 };
 
-// The kind a node is calibrated under.
+// The kind a node is calibrated under (computing in its own dtype, or in `compute`).
 std::string efficiency_key(const Graph& g, NodeId n);
+std::string efficiency_key(OpKind kind, bool grouped, DType compute);
 
 struct EfficiencySample {
     std::string key;

@@ -76,11 +76,13 @@ bool gemm_shape(const Graph& g, NodeId id, GemmShape* out) {
     s.a_bytes = stored_bytes(g, s.a);
     s.b_bytes = stored_bytes(g, s.b);
     s.c_bytes = stored_bytes(g, s.c);
+    s.element_bytes = double(std::max({dtype_size(g.tensor(s.a).desc.dtype), dtype_size(g.tensor(s.b).desc.dtype), dtype_size(g.tensor(s.c).desc.dtype)}));
     *out = s;
     return true;
 }
 
-Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept, double e) {
+Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept) {
+    const double e = s.element_bytes;
     const double kmin = std::min(s.k, 16.0);
     const double A = a_resident ? 0 : s.a_bytes, B = b_resident ? 0 : s.b_bytes, C = c_kept ? 0 : s.c_bytes;
     Tiling best;
@@ -110,6 +112,59 @@ Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_res
         best = {1, 1, 1, s.n, s.m, A * s.n + B * s.m, C};
     }
     return best;
+}
+
+NodeTraffic cold_traffic(const Graph& g, NodeId id, DType compute, double C) {
+    const Node& n = g.node(id);
+    // bytes of an operand as the node computing in `compute` stores it
+    auto bytes_of = [&](TensorId t, bool output, size_t i) { return double(g.tensor(t).desc.numel()) * double(dtype_size(operand_dtype(g, id, t, output, i, compute))); };
+    auto in_bytes = [&](TensorId t) {
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+            if (n.inputs[i] == t) return bytes_of(t, false, i);
+        for (size_t i = 0; i < n.outputs.size(); ++i)
+            if (n.outputs[i] == t) return bytes_of(t, true, i);
+        return 0.0;
+    };
+    NodeTraffic r;
+    std::vector<TensorId> written;  // each written tensor once
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (has_bit(op_info(n.kind).inplace, k) && std::find(written.begin(), written.end(), n.inputs[k]) == written.end()) {
+            written.push_back(n.inputs[k]);
+            r.write_bytes += bytes_of(n.inputs[k], false, k);
+        }
+    GemmShape gs;
+    if (gemm_shape(g, id, &gs)) {
+        gs.a_bytes = in_bytes(gs.a), gs.b_bytes = in_bytes(gs.b), gs.c_bytes = in_bytes(gs.c);
+        gs.element_bytes = std::max({gs.a_bytes / double(g.tensor(gs.a).desc.numel()), gs.b_bytes / double(g.tensor(gs.b).desc.numel()),
+                                     gs.c_bytes / double(g.tensor(gs.c).desc.numel())});
+        // as predict_iteration plans a GEMM whose output is needed later: streamed out, or kept on chip
+        // (then written back at the end) when that tiling moves less
+        Tiling t = best_tiling(gs, C, false, false, false);
+        bool kept = false;
+        if (gs.c_bytes <= C) {
+            const Tiling k = best_tiling(gs, C - gs.c_bytes, false, false, true);
+            if (k.read_bytes + k.write_bytes <= t.read_bytes + t.write_bytes) t = k, kept = true;
+        }
+        r.read_bytes += t.read_bytes;
+        r.write_bytes += t.write_bytes + (kept ? gs.c_bytes : 0);
+        for (size_t k = 0; k < n.inputs.size(); ++k)
+            if (n.inputs[k] != gs.a && n.inputs[k] != gs.b) r.read_bytes += bytes_of(n.inputs[k], false, k);
+        for (size_t k = 0; k < n.outputs.size(); ++k)
+            if (n.outputs[k] != gs.c) r.write_bytes += bytes_of(n.outputs[k], true, k);
+        return r;
+    }
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const double b = bytes_of(n.inputs[k], false, k);
+        r.read_bytes += b;
+        const bool bn_input = (n.kind == OpKind::BatchNorm2d && k == 0) || (n.kind == OpKind::BatchNormBackward && k == 1);
+        if (bn_input) r.read_bytes += std::max(0.0, b - C);
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+        if (std::find(written.begin(), written.end(), n.outputs[k]) == written.end()) {
+            written.push_back(n.outputs[k]);
+            r.write_bytes += bytes_of(n.outputs[k], true, k);
+        }
+    return r;
 }
 
 IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
@@ -279,12 +334,12 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
     double max_bw = 0;
     for (NodePrediction& np : p.nodes) {
         const Node& n = g.node(np.node);
-        np.compute_s = np.flops / cfg.peak(n.compute);
-        np.memory_s = (np.read_bytes + np.write_bytes) / cfg.bandwidth_bytes_per_s;
-        np.time_s = std::max(np.compute_s, np.memory_s) + cfg.node_overhead_s;
+        const Roofline r = roofline(np.flops, np.read_bytes + np.write_bytes, cfg.peak(n.compute), cfg.bandwidth_bytes_per_s);
+        np.compute_s = r.compute_s, np.memory_s = r.memory_s;
+        np.time_s = r.seconds() + cfg.node_overhead_s;
         double unlimited = np.compute_s + cfg.node_overhead_s;  // the time with unlimited bandwidth
         if (cfg.efficiency)
-            if (const KindEfficiency* k = cfg.efficiency->find(efficiency_key(g, np.node))) {
+            if (const KindEfficiency* k = cfg.efficiency->lookup(g, np.node, n.compute)) {
                 GemmShape s;  // M = N = K = 0 when not a GEMM
                 gemm_shape(g, np.node, &s);
                 np.time_s = k->seconds(np.compute_s, np.memory_s, s.m, s.n, s.k);

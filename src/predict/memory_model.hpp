@@ -78,6 +78,7 @@ struct GemmShape {
     double m = 0, n = 0, k = 0, count = 1;  // count: groups or batch matrices
     TensorId a = kNone, b = kNone, c = kNone;
     double a_bytes = 0, b_bytes = 0, c_bytes = 0;
+    double element_bytes = 4;  // the widest operand element (tile footprints)
 };
 bool gemm_shape(const Graph& g, NodeId n, GemmShape* out);
 
@@ -87,6 +88,27 @@ struct Tiling {
     double passes_a = 1, passes_b = 1;  // how often A and B are streamed
     double read_bytes = 0, write_bytes = 0;
 };
-Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept, double element_bytes = 4);
+Tiling best_tiling(const GemmShape& s, double space, bool a_resident, bool b_resident, bool c_kept);
+
+// The roofline of one node: compute = FLOPs / peak, memory = off-chip bytes / bandwidth; the node takes
+// the longer (the one formula; the cost interface and the modelled meter use it too).
+struct Roofline {
+    double compute_s = 0, memory_s = 0;
+    double seconds() const { return compute_s > memory_s ? compute_s : memory_s; }
+};
+inline Roofline roofline(double flops, double bytes, double peak_flops, double bandwidth_bytes_per_s) {
+    return {flops / peak_flops, bytes / bandwidth_bytes_per_s};
+}
+
+// Off-chip traffic of node n run alone from a cold buffer of `capacity` bytes, computing in `compute`
+// (operands stored as operand_dtype() says, whatever the graph stores): every input read (a GEMM with
+// its best tiling, BatchNorm's second pass over what does not fit), every output and every input
+// written in place written back. It is predict_iteration's traffic for node_alone(g, n, compute) with
+// the outputs persistent (tests check this) -- the context-free traffic the cost interface uses.
+struct NodeTraffic {
+    double read_bytes = 0, write_bytes = 0;
+    double bytes() const { return read_bytes + write_bytes; }
+};
+NodeTraffic cold_traffic(const Graph& g, NodeId n, DType compute, double capacity_bytes);
 
 }  // namespace joule::predict

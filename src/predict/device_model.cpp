@@ -1,0 +1,201 @@
+#include "predict/device_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "graph/cost.hpp"
+#include "graph/error.hpp"
+
+namespace joule::predict {
+
+namespace {
+
+std::string num(double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+}
+
+// Piecewise-linear voltage at f, flat beyond the curve's ends.
+double volts_at(const std::vector<hw::VfPoint>& c, double f) {
+    if (f <= c.front().mhz) return c.front().volts;
+    if (f >= c.back().mhz) return c.back().volts;
+    const auto hi = std::lower_bound(c.begin(), c.end(), f, [](const hw::VfPoint& p, double x) { return p.mhz < x; });
+    const auto lo = hi - 1;
+    return lo->volts + (hi->volts - lo->volts) * (f - lo->mhz) / (hi->mhz - lo->mhz);
+}
+
+// Relative difference above 1 %: the efficiency file describes other hardware than the spec.
+bool differs(double a, double b) { return std::fabs(a - b) > 0.01 * std::max(std::fabs(a), std::fabs(b)); }
+
+// The power model: dynamic watts of work bounded by `roofline_s` that took `seconds` at clock f.
+double power(const DeviceModel& d, double roofline_s, double bytes, double seconds, double f) {
+    if (seconds <= 0) return 0;
+    const double activity = std::min(1.0, roofline_s / seconds);
+    return d.core_dynamic_w() * d.voltage_scale(f) * activity + d.memory_j_per_byte() * bytes / seconds;
+}
+
+struct Evaluation {
+    double seconds = 0, roofline_s = 0, dynamic_w = 0;
+};
+
+// The node at clock f (0: a device without a clock model).
+Evaluation evaluate(const NodeWork& w, const DeviceModel& d, DType peak_dtype, DType curve_dtype, double f) {
+    const Roofline r = roofline(w.flops, w.bytes, d.peak_flops(peak_dtype, f), d.bandwidth());
+    Evaluation e;
+    e.roofline_s = r.seconds();
+    const EfficiencyModel* eff = d.efficiency();
+    const KindEfficiency* k = eff ? eff->lookup(w.kind, w.gemm, w.grouped, curve_dtype) : nullptr;
+    e.seconds = k ? std::max(k->seconds(r.compute_s, r.memory_s, w.m, w.n, w.k), e.roofline_s) : e.roofline_s + (eff ? eff->hardware.node_overhead_s : 0);
+    e.dynamic_w = power(d, e.roofline_s, w.bytes, e.seconds, f);
+    return e;
+}
+
+Cost cost_at(const NodeWork& w, const DeviceModel& d, DType peak_dtype, DType curve_dtype, const Setting& s) {
+    if (!d.has(peak_dtype))
+        throw Error("device '" + d.spec().name + "' has no " + dtype_name(peak_dtype) + " compute path (no peak_" + dtype_name(peak_dtype) + "_gflops in " +
+                        d.spec().path + ")",
+                    "cost it in a dtype the device has");
+    const hw::DeviceSpec& spec = d.spec();
+    double f = d.clock_mhz(s);
+    const double limit = d.power_limit_w(s);
+    Evaluation e = evaluate(w, d, peak_dtype, curve_dtype, f);
+    Cost c;
+    if (limit > 0 && f > 0 && spec.idle_w + e.dynamic_w > limit) {
+        // the highest clock whose power stays under the limit (power rises with the clock), on the
+        // clock-step grid; the minimum clock when even that is over
+        double lo = spec.clock_min_mhz, hi = f;
+        if (spec.idle_w + evaluate(w, d, peak_dtype, curve_dtype, lo).dynamic_w > limit) {
+            hi = lo;
+        } else {
+            for (int i = 0; i < 40 && hi - lo > 0.01; ++i) {
+                const double mid = 0.5 * (lo + hi);
+                (spec.idle_w + evaluate(w, d, peak_dtype, curve_dtype, mid).dynamic_w <= limit ? lo : hi) = mid;
+            }
+            hi = lo;
+            if (spec.clock_step_mhz > 0) hi = spec.clock_min_mhz + std::floor((hi - spec.clock_min_mhz) / spec.clock_step_mhz + 1e-9) * spec.clock_step_mhz;
+        }
+        f = hi;
+        e = evaluate(w, d, peak_dtype, curve_dtype, f);
+        c.throttled = true;
+    }
+    c.seconds = e.seconds;
+    c.roofline_s = e.roofline_s;
+    c.joules = e.dynamic_w * e.seconds;
+    c.bytes = w.bytes;
+    c.flops = w.flops;
+    c.clock_mhz = f;
+    return c;
+}
+
+}  // namespace
+
+DeviceModel::DeviceModel(hw::DeviceSpec spec, std::optional<EfficiencyModel> efficiency, double share)
+    : spec_(std::move(spec)), efficiency_(std::move(efficiency)), share_(share) {
+    if (spec_.peak_f32_gflops <= 0 || spec_.mem_bandwidth_gbps <= 0 || spec_.tdp_w <= 0)
+        throw Error(spec_.path + ": the cost model of '" + spec_.name + "' needs peak_f32_gflops, mem_bandwidth_gbps and tdp_w");
+    if (!(share_ > 0 && share_ <= 1)) throw Error("device share " + num(share_) + " must be in (0, 1]");
+    bandwidth_ = spec_.mem_bandwidth_gbps * 1e9 * share_;
+    memory_j_per_byte_ = spec_.mem_pj_per_byte * 1e-12;
+    core_w_ = (spec_.tdp_w - spec_.idle_w) * share_ - memory_j_per_byte_ * bandwidth_;
+    if (efficiency_) {
+        const CalibrationHardware& h = efficiency_->hardware;
+        if (differs(h.peak_f32_flops, spec_.peak_f32_gflops * 1e9) || differs(h.bandwidth_bytes_per_s, spec_.mem_bandwidth_gbps * 1e9))
+            throw Error(efficiency_->path + ": its curves are relative to peak " + num(h.peak_f32_flops / 1e9) + " GFLOP/s and " +
+                            num(h.bandwidth_bytes_per_s / 1e9) + " GB/s, but " + spec_.path + " gives " + num(spec_.peak_f32_gflops) + " GFLOP/s and " +
+                            num(spec_.mem_bandwidth_gbps) + " GB/s",
+                        "refit the curves on this hardware or correct the spec");
+    }
+}
+
+double DeviceModel::clock_mhz(const Setting& s) const {
+    if (s.clock_mhz > 0 && s.power_limit_w > 0) throw Error("a device setting is a clock or a power limit, not both");
+    if (s.clock_mhz < 0 || s.power_limit_w < 0 || !std::isfinite(s.clock_mhz) || !std::isfinite(s.power_limit_w))
+        throw Error("a device setting must be a positive clock or power limit");
+    if (s.clock_mhz == 0) return spec_.clock_default_mhz;
+    if (!spec_.settable_clock()) throw Error("device '" + spec_.name + "' has no clock range in " + spec_.path, "set a power limit instead, or add the range with its source");
+    if (s.clock_mhz < spec_.clock_min_mhz || s.clock_mhz > spec_.clock_max_mhz)
+        throw Error("clock " + num(s.clock_mhz) + " MHz is outside " + spec_.name + "'s range [" + num(spec_.clock_min_mhz) + ", " + num(spec_.clock_max_mhz) + "] MHz");
+    return s.clock_mhz;
+}
+
+double DeviceModel::power_limit_w(const Setting& s) const {
+    if (s.power_limit_w == 0) return spec_.power_limit_default_w;
+    if (!spec_.settable_power())
+        throw Error("device '" + spec_.name + "' has no power-limit range in " + spec_.path, "set a clock instead, or add the range with its source");
+    if (s.power_limit_w < spec_.power_limit_min_w || s.power_limit_w > spec_.power_limit_max_w)
+        throw Error("power limit " + num(s.power_limit_w) + " W is outside " + spec_.name + "'s range [" + num(spec_.power_limit_min_w) + ", " +
+                    num(spec_.power_limit_max_w) + "] W");
+    return s.power_limit_w;
+}
+
+MemoryConfig DeviceModel::memory_config() const {
+    MemoryConfig c;
+    c.capacity_bytes = capacity();
+    c.bandwidth_bytes_per_s = bandwidth_;
+    c.peak_f32_flops = spec_.peak_f32_gflops * 1e9 * share_;
+    c.peak_bf16_flops = spec_.peak_bf16_gflops * 1e9 * share_;
+    c.peak_f16_flops = spec_.peak_f16_gflops * 1e9 * share_;
+    c.node_overhead_s = efficiency_ ? efficiency_->hardware.node_overhead_s : 0;
+    c.efficiency = efficiency();
+    return c;
+}
+
+double DeviceModel::peak_flops(DType t, double f) const {
+    const double clock = f > 0 && spec_.peak_clock_mhz > 0 ? f / spec_.peak_clock_mhz : 1;
+    return spec_.peak_gflops(t) * 1e9 * share_ * clock;
+}
+
+double DeviceModel::voltage_scale(double f) const {
+    if (f <= 0 || spec_.peak_clock_mhz <= 0) return 1;
+    double v = 1;
+    if (!spec_.vf_curve.empty()) v = volts_at(spec_.vf_curve, f) / volts_at(spec_.vf_curve, spec_.peak_clock_mhz);
+    return f / spec_.peak_clock_mhz * v * v;
+}
+
+DeviceModel load_device_model(const std::string& name, double share) {
+    hw::DeviceSpec spec = hw::find_device_spec(name);
+    std::optional<EfficiencyModel> eff;
+    if (!spec.efficiency.empty()) eff = load_efficiency(hw::data_file(spec.efficiency, "efficiency"));
+    return DeviceModel(std::move(spec), std::move(eff), share);
+}
+
+NodeWork node_work(const Graph& g, NodeId n, DType dtype, double capacity_bytes) {
+    NodeWork w;
+    w.kind = g.node(n).kind;
+    GemmShape s;
+    if (gemm_shape(g, n, &s)) w.gemm = true, w.grouped = s.count > 1, w.m = s.m, w.n = s.n, w.k = s.k;
+    w.flops = node_cost(g, n).flops;
+    w.bytes = cold_traffic(g, n, dtype, capacity_bytes).bytes();
+    return w;
+}
+
+Cost cost(const NodeWork& w, const DeviceModel& d, DType dtype, const Setting& s) { return cost_at(w, d, dtype, dtype, s); }
+
+Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
+    return cost(node_work(g, n, dtype, d.capacity()), d, dtype, s);
+}
+
+Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s) {
+    NodeWork w;
+    w.kind = OpKind::Cast;
+    w.flops = elements;
+    w.bytes = elements * double(dtype_size(from) + dtype_size(to));
+    return cost_at(w, d, DType::F32, to, s);  // vector work: the f32 units, whatever the target
+}
+
+Cost transfer_cost(double bytes, const hw::LinkSpec& link) {
+    Cost c;
+    c.bytes = bytes;
+    c.seconds = c.roofline_s = link.latency_us * 1e-6 + bytes / (link.bandwidth_gbps * 1e9);
+    c.joules = bytes * link.energy_pj_per_byte * 1e-12;
+    return c;
+}
+
+double dynamic_watts(const DeviceModel& d, double flops, double bytes, DType dtype, double seconds, double clock_mhz) {
+    const double f = clock_mhz > 0 ? clock_mhz : d.spec().clock_default_mhz;
+    return power(d, roofline(flops, bytes, d.peak_flops(dtype, f), d.bandwidth()).seconds(), bytes, seconds, f);
+}
+
+}  // namespace joule::predict
