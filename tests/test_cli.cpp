@@ -58,7 +58,7 @@ TEST(Cli, NetsListsTheZoo) {
     const auto out = run_json("nets --json");
     EXPECT_EQ(out["schema"], "joule.nets/1");
     const auto& j = out["nets"];
-    ASSERT_EQ(j.size(), 9u);
+    ASSERT_EQ(j.size(), 10u);
     EXPECT_EQ(j[0]["name"], "lenet5");
     EXPECT_EQ(j[0]["parameters"], 61706);
 }
@@ -187,6 +187,68 @@ TEST(Cli, AnalyzeModelsAndSweeps) {
     r = run("analyze --net bert-tiny --batch 2 --seq-len 32 --device gpu-nvidia-a100-sxm4-40gb --dtype bf16 --sweep bandwidth=500GB/s..2TB/s");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("sweep (modelled"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DevicesListsDevicesLinksAndSystems) {
+    const Result r = run("devices");
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"gpu-nvidia-v100-sxm2 (v100, v100-sxm2)", "link-pcie3-x16", "system-gold6148-v100", "150-300 W", "135-1530 MHz"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    const auto j = run_json("devices --json");
+    EXPECT_EQ(j["schema"], "joule.devices/1");
+    EXPECT_GE(j["devices"].size(), 10u);
+    EXPECT_GE(j["links"].size(), 10u);
+    EXPECT_GE(j["systems"].size(), 1u);
+}
+
+TEST(Cli, PredictModelsAnyDeviceUnderALimitOrClock) {
+    Result r = run("predict --net resnet18 --batch 8 --image-size 64 --device v100 --dtype f16");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("all figures MODELLED"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("per iteration (modelled)"), std::string::npos) << r.out;
+    const auto base = run_json("predict --net resnet18 --batch 8 --image-size 64 --device v100 --json");
+    const auto capped = run_json("predict --net resnet18 --batch 8 --image-size 64 --device v100 --power-limit 150 --json");
+    const auto slow = run_json("predict --net resnet18 --batch 8 --image-size 64 --device v100 --clock 700 --json");
+    EXPECT_EQ(base["schema"], "joule.predict/1");
+    EXPECT_EQ(base["kind"], "modelled");
+    EXPECT_GE(capped["iteration"]["seconds"].get<double>(), base["iteration"]["seconds"].get<double>());
+    EXPECT_LE(capped["iteration"]["average_watts"].get<double>(), base["iteration"]["average_watts"].get<double>());
+    EXPECT_GT(slow["iteration"]["seconds"].get<double>(), base["iteration"]["seconds"].get<double>());
+    EXPECT_EQ(slow["clock_mhz"], 700);
+    EXPECT_FALSE(base["layers"].empty());
+    r = run("analyze --device v100 --net resnet18 --batch 2");  // aliases name devices everywhere
+    EXPECT_EQ(r.code, 0) << r.out;
+    expect_failure("predict --net resnet18 --device v100 --dtype bf16", "has no bf16 compute path");
+    expect_failure("predict --net resnet18 --device v100 --power-limit 50", "power limit 50 W is outside gpu-nvidia-v100-sxm2's range [150, 300] W");
+    expect_failure("predict --net resnet18 --device v100 --clock 5000", "clock 5000 MHz is outside");
+    expect_failure("predict --net resnet18 --device v100 --clock 900 --power-limit 200", "excludes");
+    expect_failure("predict --net resnet18 --device turin-2vcpu --clock 900", "has no clock range");
+    expect_failure("predict --net resnet18 --device tpu-v9", "no device named 'tpu-v9'");
+    expect_failure("predict --net resnet18 --device v100 --power-limit nan", "not a finite number");
+    expect_failure("predict --net resnet50 --batch 4096 --device k40", "of tensor memory (its memory plan), but gpu-nvidia-k40 has");
+    expect_failure("predict --net resnet18", "--device is required");
+}
+
+TEST(Cli, ProfileReportModelsTheConfigurationsOnAnotherDevice) {
+    const std::string db = temp_path("there.db");
+    std::remove(db.c_str());
+    Result r = run("profile --db " + db + " --net lenet5 --batch 2 --dtype f32,bf16 --threads 1 --iters 1 --warmup 1 --meter modelled --device v100" +
+                   std::string(kSpec));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("on gpu-nvidia-v100-sxm2 (every node there"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("gpu-nvidia-v100-sxm2 has no bf16 path"), std::string::npos) << r.out;
+    const auto j = run_json("profile --db " + db + " --report --device a100 --json");
+    ASSERT_EQ(j["on_device"].size(), 2u);
+    for (const auto& c : j["on_device"]) {
+        EXPECT_TRUE(c["ok"].get<bool>()) << c;
+        EXPECT_EQ(c["kind"], "modelled");
+        EXPECT_GT(c["step_s"].get<double>(), 0);
+    }
+    const std::string fresh = temp_path("never.db");
+    std::remove(fresh.c_str());
+    expect_failure("profile --db " + fresh + " --net lenet5 --batch 2 --device tpu-v9", "no device named 'tpu-v9'");
+    EXPECT_NE(access(fresh.c_str(), F_OK), 0);  // checked before the sweep: no database was made
+    expect_failure("profile --db " + db + " --report --device a100 --image-size 64", "pass the --image-size / --seq-len the sweep used");
 }
 
 TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
@@ -390,7 +452,8 @@ TEST(Cli, BadInputsFailClearly) {
     expect_failure("analyze --device gpu-nvidia-v100-sxm2 --overhead 5", "--overhead: unknown unit");
     expect_failure("analyze --net lenet5 --capacity 32XB --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: unknown unit 'XB'");
     expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep size=1..2", "expected capacity=RANGE or bandwidth=RANGE");
-    expect_failure("analyze --device no-such-gpu", "no-such-gpu.yaml: cannot open device spec");
+    expect_failure("analyze --device no-such-gpu", "no device named 'no-such-gpu'");
+    expect_failure("analyze --device /no/such/gpu.yaml", "/no/such/gpu.yaml: cannot open device spec");
     expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep capacity=8MiB..1MiB", "ends below its start");
     expect_failure("profile --db /tmp/joule_cli_bad.db --batch 8,x", "--batch: 'x' is not a positive integer");
     expect_failure("profile --db /tmp/joule_cli_bad.db --dtype f16", "--dtype f16");

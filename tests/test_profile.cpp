@@ -299,7 +299,7 @@ TEST(Calibration, PairsRecordsWithTheRebuiltGraph) {
     test::expect_error([&] { calibration_samples(db, hw, held); }, "'x' is not a positive integer");
     CalibrationOptions other_size;
     other_size.image_size = 32;
-    test::expect_error([&] { calibration_samples(db, hw, other_size); }, "calibrate with the --image-size / --seq-len the sweep used");
+    test::expect_error([&] { calibration_samples(db, hw, other_size); }, "pass the --image-size / --seq-len the sweep used");
     o.threads = {2};
     o.batches = {2};
     ASSERT_EQ(run_sweep(db, o), 1);

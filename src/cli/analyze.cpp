@@ -130,19 +130,10 @@ void add_analyze(CLI::App& app) {
             else throw Error("--sweep '" + s + "': expected capacity=RANGE or bandwidth=RANGE");
         }
         hw.require("joule analyze");
-        zoo::NetConfig nc;
-        nc.batch = f->net.batch, nc.image_size = f->net.image_size, nc.seq_len = f->net.seq_len;
-        zoo::Model m = zoo::build(f->net.net, nc);
-        const OptimizerConfig opt = f->net.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
-        TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
-        BackendSet backends;
-        const Plan plan = precision_plan(unplanned, parse_dtype(f->net.dtype), parse_precision_scope(f->net.scope), backends.get("cpu"));
-        const LoweredGraph lg = lower(std::move(unplanned), plan);
+        const LoweredGraph lg = lower_net(f->net);
+        const Plan& plan = lg.plan;
         const Graph& g = lg.train.graph;
-        if (hw.memory_bytes > 0 && double(lg.memory.bytes_total) > hw.memory_bytes)
-            throw Error(f->net.net + " batch " + std::to_string(f->net.batch) + " needs " + bytes_str(double(lg.memory.bytes_total)) +
-                            " of tensor memory (its memory plan), but " + hw.memory_of + " has " + bytes_str(hw.memory_bytes),
-                        "a smaller --batch fits");
+        check_fits(lg, f->net, hw.memory_bytes, hw.memory_of);
         if (!f->json && f->csv != "-")
             std::cout << "analyze " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", plan " << plan.name
                       << ": tensors in their producer's dtype, " << lg.casts << " casts; " << g.num_nodes() << " nodes): all figures modelled\n";

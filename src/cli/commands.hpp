@@ -6,6 +6,8 @@
 #include <limits>
 #include <memory>
 
+#include "plan/passes.hpp"
+#include "predict/device_model.hpp"
 #include "predict/efficiency.hpp"
 #include "predict/memory_model.hpp"
 
@@ -18,6 +20,8 @@ void add_profile(CLI::App& app);
 void add_analyze(CLI::App& app);
 void add_probe(CLI::App& app);
 void add_calibrate(CLI::App& app);
+void add_devices(CLI::App& app);
+void add_predict(CLI::App& app);
 
 // Every floating-point flag checks with this: NaN and infinities (nan, inf, 1e999) are refused with a
 // message, never silently replaced or passed on.
@@ -37,7 +41,15 @@ struct NetOptions {
     std::string dtype = "f32";
     std::string scope = "gemm";  // --dtype-scope
 };
-void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional);
+// with_f16: --dtype also takes f16 (commands that model devices with an f16 path; the cpu has none)
+void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool with_f16 = false);
+
+// The net of `o` as a lowered train graph under its built-in precision plan (--dtype, --dtype-scope).
+// Scope `all` asks the cpu backend which ops it runs in the dtype, or, for a modelled device, takes
+// every op that is not f32-only (loss, updates) nor an embedding (the table stays f32), as the cpu does.
+LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled = nullptr);
+// Error when the lowered net's tensor memory (its memory plan) exceeds a device's memory (0: unknown).
+void check_fits(const LoweredGraph& lg, const NetOptions& o, double memory_bytes, const std::string& device);
 
 // The modelled machine for analyze and calibrate: a data/hw device, explicit figures over it, and (analyze)
 // an efficiency file whose hardware is the default.

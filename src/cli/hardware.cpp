@@ -2,12 +2,13 @@
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
+#include "predict/device_model.hpp"
 #include "predict/units.hpp"
 
 namespace joule::cli {
 
 void add_hardware_options(CLI::App& cmd, HardwareOptions& o, bool with_efficiency) {
-    cmd.add_option("--device", o.device, "a data/hw spec (name or path) giving capacity, bandwidth and peaks");
+    cmd.add_option("--device", o.device, "a data/hw device (name, alias such as v100, or path) giving capacity, bandwidth and peaks (joule devices lists them)");
     cmd.add_option("--capacity", o.capacity, "on-chip buffer capacity, e.g. 32MiB");
     cmd.add_option("--bandwidth", o.bandwidth, "off-chip bandwidth, e.g. 900GB/s");
     cmd.add_option("--peak", o.peak, "peak f32 compute, e.g. 15.7TFLOPS");
@@ -36,11 +37,12 @@ Hardware resolve_hardware(const HardwareOptions& o) {
         h.capacity = h.bandwidth = h.peak = true;
     }
     if (!o.device.empty()) {
-        const hw::DeviceSpec d = hw::load_device_spec(hw::data_file(o.device, "hw"));
-        if (d.onchip_kib <= 0 || d.mem_bandwidth_gbps <= 0 || d.peak_f32_gflops <= 0)
-            throw Error(d.path + ": --device needs onchip_kib, mem_bandwidth_gbps and peak_f32_gflops");
-        cfg.capacity_bytes = d.onchip_kib * 1024, cfg.bandwidth_bytes_per_s = d.mem_bandwidth_gbps * 1e9, cfg.peak_f32_flops = d.peak_f32_gflops * 1e9;
-        cfg.peak_bf16_flops = d.peak_bf16_gflops * 1e9, cfg.peak_f16_flops = d.peak_f16_gflops * 1e9;
+        // the device's roofline figures (its efficiency curves, if any, come with --efficiency or `joule predict`)
+        const hw::DeviceSpec d = hw::find_device_spec(o.device);
+        if (d.onchip_kib <= 0) throw Error(d.path + ": --device needs onchip_kib (the on-chip buffer the memory model plans)");
+        const predict::MemoryConfig m = predict::DeviceModel(d).memory_config();
+        cfg.capacity_bytes = m.capacity_bytes, cfg.bandwidth_bytes_per_s = m.bandwidth_bytes_per_s, cfg.peak_f32_flops = m.peak_f32_flops;
+        cfg.peak_bf16_flops = m.peak_bf16_flops, cfg.peak_f16_flops = m.peak_f16_flops;
         h.capacity = h.bandwidth = h.peak = true;
         h.memory_bytes = d.mem_gib * 1073741824.0, h.memory_of = d.name;
     }

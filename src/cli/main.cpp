@@ -58,16 +58,21 @@ CLI::Validator number_in(double lo, double hi, bool open_low) {
         range, "NUMBER_IN");
 }
 
-void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional) {
+void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool with_f16) {
     if (net_positional) cmd.add_option("net", o.net, "network from the zoo (see `joule nets`)")->required();
     else cmd.add_option("--net", o.net, "network from the zoo (see `joule nets`)")->capture_default_str();
     cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(number_in(1, 1 << 20));
     cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(number_in(0));
     cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(number_in(1, 4096));
     cmd.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
-    cmd.add_option("--dtype", o.dtype, "precision of the built-in plan: f32 or bf16 (tensors stored in their producer's dtype, casts as nodes)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"f32", "bf16"}));
+    if (with_f16)
+        cmd.add_option("--dtype", o.dtype, "precision of the built-in plan: f32, bf16 or f16 (tensors stored in their producer's dtype, casts as nodes)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+    else
+        cmd.add_option("--dtype", o.dtype, "precision of the built-in plan: f32 or bf16 (tensors stored in their producer's dtype, casts as nodes)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"f32", "bf16"}));
     cmd.add_option("--dtype-scope", o.scope, "gemm: --dtype on conv/linear/matmul (autocast's list); all: on every op the cpu runs in it")
         ->capture_default_str()
         ->check(CLI::IsMember({"gemm", "all"}));
@@ -86,6 +91,8 @@ int main(int argc, char** argv) {
     joule::cli::add_analyze(app);
     joule::cli::add_probe(app);
     joule::cli::add_calibrate(app);
+    joule::cli::add_devices(app);
+    joule::cli::add_predict(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

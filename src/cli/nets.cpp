@@ -3,12 +3,41 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/registry.hpp"
 #include "cli/commands.hpp"
+#include "graph/autodiff.hpp"
 #include "graph/cost.hpp"
+#include "graph/error.hpp"
 #include "report/table.hpp"
 #include "zoo/zoo.hpp"
 
 namespace joule::cli {
+
+LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled) {
+    zoo::NetConfig nc;
+    nc.batch = o.batch, nc.image_size = o.image_size, nc.seq_len = o.seq_len;
+    zoo::Model m = zoo::build(o.net, nc);
+    const OptimizerConfig opt = o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
+    TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
+    const DType dtype = parse_dtype(o.dtype);
+    const PrecisionScope scope = parse_precision_scope(o.scope);
+    if (modelled) {
+        const Plan plan = precision_plan(unplanned, dtype, scope, "cpu", [&](const Graph& g, NodeId n, DType t) {
+            const OpKind k = g.node(n).kind;
+            return modelled->has(t) && !f32_only_op(k) && k != OpKind::Embedding && k != OpKind::EmbeddingBackward;
+        });
+        return lower(std::move(unplanned), plan);
+    }
+    BackendSet backends;
+    return lower(std::move(unplanned), precision_plan(unplanned, dtype, scope, backends.get("cpu")));
+}
+
+void check_fits(const LoweredGraph& lg, const NetOptions& o, double memory_bytes, const std::string& device) {
+    if (memory_bytes > 0 && double(lg.memory.bytes_total) > memory_bytes)
+        throw Error(o.net + " batch " + std::to_string(o.batch) + " needs " + bytes_str(double(lg.memory.bytes_total)) +
+                        " of tensor memory (its memory plan), but " + device + " has " + bytes_str(memory_bytes),
+                    "a smaller --batch fits");
+}
 
 void add_nets(CLI::App& app) {
     auto* cmd = app.add_subcommand("nets", "list the built-in networks with parameters and forward FLOPs");

@@ -2,11 +2,14 @@
 // SQLite database, and reports derived metrics from it (--report, --csv, --json).
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
+#include "predict/device_model.hpp"
+#include "profile/calibrate.hpp"
 #include "profile/report.hpp"
 #include "profile/sweep.hpp"
 #include "report/table.hpp"
@@ -16,7 +19,7 @@ namespace joule::cli {
 namespace {
 
 struct ProfileFlags {
-    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv;
+    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv, device;
     int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
     double idle_seconds = 0.5, sample_ms = 10;
     bool report = false, json = false, force = false, oversubscribe = false;
@@ -54,6 +57,34 @@ void print_report(const std::vector<profile::ConfigMetrics>& ms) {
     }
     std::cout << "\nper layer type: share of op time (measured) / share of op energy above idle (measured or modelled as the meter column says):\n";
     b.print(std::cout);
+}
+
+// Each configuration beside what it would take on another device (the cost interface; modelled).
+nlohmann::json print_on_device(const profile::Store& db, const std::vector<profile::ConfigMetrics>& ms, const predict::DeviceModel& d, int64_t image_size,
+                               int64_t seq_len, bool print) {
+    Table t({"net", "batch", "dtype", "thr", "step ms here", "step ms there (mod)", "speed-up", "img/s there (mod)", "mJ/img there (mod)", "avg W there (mod)"});
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& m : ms) {
+        const auto& c = m.config;
+        if (c.key.device != "cpu") continue;
+        const profile::DeviceEstimate e = profile::estimate_on(db, c, d, image_size, seq_len);
+        const double batch = double(c.key.batch), joules = e.dynamic_j + e.idle_j;
+        if (!e.ok) t.add({c.key.net, std::to_string(c.key.batch), c.key.dtype, std::to_string(c.key.threads), fixed(c.step_s * 1e3, 2), e.why_not, "", "", "", ""});
+        else
+            t.add({c.key.net, std::to_string(c.key.batch), c.key.dtype, std::to_string(c.key.threads), fixed(c.step_s * 1e3, 2), fixed(e.step_s * 1e3, 3),
+                   fixed(c.step_s / e.step_s, 1) + "x", fixed(batch / e.step_s, 0), fixed(joules / batch * 1e3, 3), fixed(joules / e.step_s, 1)});
+        nlohmann::json j = {{"net", c.key.net}, {"batch", c.key.batch}, {"dtype", c.key.dtype}, {"threads", c.key.threads}, {"device", d.spec().name},
+                            {"kind", "modelled"}, {"ok", e.ok}};
+        if (e.ok) j.update({{"step_s", e.step_s}, {"dynamic_joules", e.dynamic_j}, {"idle_joules", e.idle_j}});
+        else j["why_not"] = e.why_not;
+        out.push_back(j);
+    }
+    if (print) {
+        std::cout << "\non " << d.spec().name << " (every node there, in the dtype it ran here; MODELLED by the cost interface"
+                  << (d.efficiency() ? " with " + d.efficiency()->path : ", roofline") << "):\n";
+        t.print(std::cout);
+    }
+    return out;
 }
 
 void write_csv(const std::vector<profile::ConfigMetrics>& ms, std::ostream& os) {
@@ -116,7 +147,10 @@ void add_profile(CLI::App& app) {
     cmd->add_flag("--report", f->report, "only report what the database holds (no sweep)");
     cmd->add_option("--csv", f->csv, "write the report as CSV to this file ('-': stdout)");
     cmd->add_flag("--json", f->json, "report as JSON on stdout (with every node)");
+    cmd->add_option("--device", f->device, "also model each configuration on this data/hw device (name, alias or path; joule devices lists them)");
     cmd->callback([f, cmd] {
+        std::optional<predict::DeviceModel> there_device;  // checked before a sweep runs
+        if (!f->device.empty()) there_device = predict::load_device_model(f->device);
         std::unique_ptr<profile::Store> store;  // opened for writing by a sweep, read-only by --report
         std::string filter;
         if (!f->report) {
@@ -167,8 +201,14 @@ void add_profile(CLI::App& app) {
                 write_csv(ms, out);
             }
         }
-        if (f->json) std::cout << nlohmann::json{{"schema", "joule.profile/1"}, {"configs", to_json(ms, db)}}.dump(2) << '\n';
-        else if (f->csv != "-") print_report(ms);
+        if (f->csv != "-" && !f->json) print_report(ms);
+        nlohmann::json there;
+        if (there_device) there = print_on_device(db, ms, *there_device, f->image_size, f->seq_len, !f->json && f->csv != "-");
+        if (f->json) {
+            nlohmann::json out = {{"schema", "joule.profile/1"}, {"configs", to_json(ms, db)}};
+            if (there_device) out["on_device"] = there;
+            std::cout << out.dump(2) << '\n';
+        }
     });
 }
 

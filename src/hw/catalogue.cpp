@@ -25,16 +25,6 @@ std::string scalar(const std::string& path, const YAML::Node& y, const char* key
     return y[key].as<std::string>();
 }
 
-std::vector<std::string> names(const std::string& path, const YAML::Node& n, const std::string& key) {
-    if (!n.IsSequence()) throw Error(yaml_where(path, n) + ": '" + key + "' must be a list of names");
-    std::vector<std::string> v;
-    for (const YAML::Node& x : n) {
-        if (!x.IsScalar() || x.as<std::string>().empty()) throw Error(yaml_where(path, x) + ": '" + key + "' entries must be non-empty names");
-        v.push_back(x.as<std::string>());
-    }
-    return v;
-}
-
 void only_keys(const std::string& path, const YAML::Node& y, const std::set<std::string>& allowed) {
     for (auto it = y.begin(); it != y.end(); ++it)
         if (!allowed.count(it->first.as<std::string>())) throw Error(yaml_where(path, it->first) + ": unknown key '" + it->first.as<std::string>() + "'");
@@ -62,7 +52,7 @@ LinkSpec load_link_spec(const std::string& path) try {
     LinkSpec l;
     l.path = path;
     l.name = scalar(path, y, "name", true);
-    if (y["aliases"]) l.aliases = names(path, y["aliases"], "aliases");
+    if (y["aliases"]) l.aliases = yaml_names(path, y["aliases"], "aliases");
     const YAML::Node sources = y["sources"];
     struct Field {
         const char* key;
@@ -78,12 +68,7 @@ LinkSpec load_link_spec(const std::string& path) try {
             if (f.required) throw Error(path + ": missing key '" + f.key + "'", "a link needs bandwidth_gbps, latency_us and energy_pj_per_byte");
             continue;
         }
-        try {
-            *f.value = y[f.key].as<double>();
-        } catch (const YAML::Exception&) {
-            throw Error(yaml_where(path, y[f.key]) + ": '" + f.key + "' must be a number");
-        }
-        if (!std::isfinite(*f.value) || *f.value < 0) throw Error(yaml_where(path, y[f.key]) + ": '" + f.key + "' must be a finite, non-negative number");
+        *f.value = yaml_number(path, y[f.key], f.key);
         if (!sources || !sources.IsMap() || !sources[f.key])
             throw Error(yaml_where(path, y[f.key]) + ": '" + f.key + "' has no entry in 'sources'", "every number in data/hw must say where it comes from");
     }
@@ -103,9 +88,9 @@ SystemSpec load_system_spec(const std::string& path) try {
     SystemSpec s;
     s.path = path;
     s.name = scalar(path, y, "name", true);
-    if (y["aliases"]) s.aliases = names(path, y["aliases"], "aliases");
+    if (y["aliases"]) s.aliases = yaml_names(path, y["aliases"], "aliases");
     if (!y["devices"]) throw Error(path + ": missing key 'devices' (the devices of one node)");
-    s.devices = names(path, y["devices"], "devices");
+    s.devices = yaml_names(path, y["devices"], "devices");
     if (s.devices.empty()) throw Error(yaml_where(path, y["devices"]) + ": 'devices' must name at least one device");
     s.network = scalar(path, y, "network", false);
     if (const YAML::Node links = y["links"]) {
@@ -114,7 +99,7 @@ SystemSpec load_system_spec(const std::string& path) try {
             if (!l.IsMap()) throw Error(yaml_where(path, l) + ": a link entry is {between: [A, B], link: NAME}");
             only_keys(path, l, {"between", "link"});
             if (!l["between"] || !l["link"]) throw Error(yaml_where(path, l) + ": a link entry needs 'between' and 'link'");
-            const std::vector<std::string> ends = names(path, l["between"], "between");
+            const std::vector<std::string> ends = yaml_names(path, l["between"], "between");
             if (ends.size() != 2 || ends[0] == ends[1]) throw Error(yaml_where(path, l["between"]) + ": 'between' names two different devices");
             s.links.push_back({ends[0], ends[1], scalar(path, l, "link", true)});
         }

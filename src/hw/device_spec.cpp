@@ -39,33 +39,12 @@ struct Field {
     double* value;
 };
 
-std::vector<std::string> string_list(const std::string& path, const YAML::Node& n, const std::string& key) {
-    if (!n.IsSequence()) throw Error(yaml_where(path, n) + ": '" + key + "' must be a list of names");
-    std::vector<std::string> v;
-    for (const YAML::Node& x : n) {
-        if (!x.IsScalar() || x.as<std::string>().empty()) throw Error(yaml_where(path, x) + ": '" + key + "' entries must be non-empty names");
-        v.push_back(x.as<std::string>());
-    }
-    return v;
-}
-
-double number(const std::string& path, const YAML::Node& n, const std::string& key) {
-    double v = 0;
-    try {
-        v = n.as<double>();
-    } catch (const YAML::Exception&) {
-        throw Error(yaml_where(path, n) + ": '" + key + "' must be a number");
-    }
-    if (!std::isfinite(v) || v < 0) throw Error(yaml_where(path, n) + ": '" + key + "' must be a finite, non-negative number");
-    return v;
-}
-
 std::vector<VfPoint> vf_curve(const std::string& path, const YAML::Node& n) {
     if (!n.IsSequence() || n.size() < 2) throw Error(yaml_where(path, n) + ": 'vf_curve' must list at least two [mhz, volts] points");
     std::vector<VfPoint> v;
     for (const YAML::Node& p : n) {
         if (!p.IsSequence() || p.size() != 2) throw Error(yaml_where(path, p) + ": a 'vf_curve' point is [mhz, volts]");
-        VfPoint x{number(path, p[0], "vf_curve mhz"), number(path, p[1], "vf_curve volts")};
+        VfPoint x{yaml_number(path, p[0], "vf_curve mhz"), yaml_number(path, p[1], "vf_curve volts")};
         if (x.mhz <= 0 || x.volts <= 0) throw Error(yaml_where(path, p) + ": 'vf_curve' clocks and voltages must be positive");
         if (!v.empty() && (x.mhz <= v.back().mhz || x.volts < v.back().volts))
             throw Error(yaml_where(path, p) + ": 'vf_curve' must rise: clocks increasing, voltages not decreasing");
@@ -165,7 +144,7 @@ DeviceSpec load_device_spec(const std::string& path) try {
         const std::string key = it->first.as<std::string>();
         if (key == "version" || key == "name" || key == "kind" || key == "match" || key == "sources" || key == "efficiency") continue;
         if (key == "aliases") {
-            s.aliases = string_list(path, it->second, key);
+            s.aliases = yaml_names(path, it->second, key);
             continue;
         }
         if (key == "vf_curve") {
@@ -175,7 +154,7 @@ DeviceSpec load_device_spec(const std::string& path) try {
         }
         const Field* f = std::find_if(std::begin(fields), std::end(fields), [&](const Field& x) { return key == x.key; });
         if (f == std::end(fields)) throw Error(yaml_where(path, it->first) + ": unknown key '" + key + "'");
-        *f->value = number(path, it->second, key);
+        *f->value = yaml_number(path, it->second, key);
         need_source(key);
     }
     if (sources)

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <string>
+#include <vector>
 
 namespace joule::hw {
 
@@ -15,6 +16,11 @@ YAML::Node load_versioned_yaml(const std::string& path, const std::string& what,
 
 // "file:line" of a node, for messages.
 std::string yaml_where(const std::string& path, const YAML::Node& n);
+
+// A list of non-empty names (aliases, a system's devices), and a finite, non-negative number; errors
+// name the file, line and key.
+std::vector<std::string> yaml_names(const std::string& path, const YAML::Node& n, const std::string& key);
+double yaml_number(const std::string& path, const YAML::Node& n, const std::string& key);
 
 // For a loader's function-try-block: a YAML exception that escaped the loader's own checks (a value of
 // the wrong shape where a map, a list or a scalar belongs) becomes an Error naming file, line and what.

@@ -58,8 +58,12 @@ PrecisionScope parse_precision_scope(const std::string& s) {
 }
 
 Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, const Backend& device) {
+    return precision_plan(tg, dtype, scope, device.device(), [&](const Graph& g, NodeId n, DType t) { return supports_in(device, g, n, t); });
+}
+
+Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, const std::string& device, const RunsInDtype& runs) {
     Plan p;
-    p.default_device = device.device();
+    p.default_device = device;
     p.name = dtype == DType::F32 ? "f32" : std::string(dtype_name(dtype)) + (scope == PrecisionScope::Gemm ? " (gemm)" : " (all)");
     p.origin = "built-in " + p.name + " plan";
     if (dtype == DType::F32) return p;
@@ -68,7 +72,7 @@ Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, con
         const NodeId n = NodeId(i);
         const Node& node = g.node(n);
         if (f32_only_op(node.kind)) continue;
-        const bool take = scope == PrecisionScope::Gemm ? is_gemm_node(g, n) : supports_in(device, g, n, dtype);
+        const bool take = scope == PrecisionScope::Gemm ? is_gemm_node(g, n) : runs(g, n, dtype);
         if (!take) continue;
         p.entries.push_back({PlanEntry::Match::Node, node.name, std::nullopt, dtype, {}, p.origin});
         if (node.kind == OpKind::ConvBackwardWeights || node.kind == OpKind::LinearBackwardWeights)

@@ -77,6 +77,10 @@ const std::string& layer_of(const Graph& g, NodeId n);
 enum class PrecisionScope : uint8_t { Gemm, All };
 PrecisionScope parse_precision_scope(const std::string& s);
 Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, const Backend& device);
+// The same for a device that is modelled, not run (`joule predict`): `runs` says whether it computes a
+// node in dtype (scope `all`).
+using RunsInDtype = std::function<bool(const Graph&, NodeId, DType)>;
+Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, const std::string& device, const RunsInDtype& runs);
 
 // Plan files (YAML, `version: 1`): read with errors naming file, line and entry; written so that
 // read_plan_file(write) gives the same plan.

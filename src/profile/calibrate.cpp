@@ -20,6 +20,42 @@ bool excluded(const ConfigRecord& c, const std::vector<std::string>& exclude) {
 
 }  // namespace
 
+std::vector<NodeRecord> check_rebuilt(const Store& db, const ConfigRecord& c, const Graph& g) {
+    std::vector<NodeRecord> rec = db.nodes(c.key);
+    const std::string where = db.path() + ": " + c.key.net + " batch " + std::to_string(c.key.batch) + " " + c.key.dtype;
+    if (rec.size() != g.num_nodes())
+        throw Error(where + ": " + std::to_string(rec.size()) + " node records, the rebuilt training graph has " + std::to_string(g.num_nodes()),
+                    "the records come from another joule version; profile again with --force");
+    for (size_t i = 0; i < rec.size(); ++i) {
+        const Node& n = g.node(NodeId(i));
+        const std::string shapes = shapes_of(g, n);
+        if (rec[i].node != n.name || rec[i].shapes != shapes)
+            throw Error(where + ": node " + std::to_string(i) + " was profiled as '" + rec[i].node + "' " + rec[i].shapes + ", rebuilt as '" + n.name + "' " + shapes,
+                        "pass the --image-size / --seq-len the sweep used");
+    }
+    return rec;
+}
+
+DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& d, int64_t image_size, int64_t seq_len) {
+    BackendSet backends;  // the built-in precision plans are the cpu's, as the sweep made them
+    const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), image_size, seq_len, backends.get("cpu"));
+    const Graph& g = pm.lowered.train.graph;
+    check_rebuilt(db, c, g);
+    DeviceEstimate e;
+    for (size_t i = 0; i < g.num_nodes(); ++i)
+        if (!d.has(g.node(NodeId(i)).compute)) {
+            e.why_not = d.spec().name + " has no " + dtype_name(g.node(NodeId(i)).compute) + " path";
+            return e;
+        }
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const predict::Cost k = predict::cost(g, NodeId(i), d, g.node(NodeId(i)).compute);
+        e.step_s += k.seconds, e.dynamic_j += k.joules;
+    }
+    e.idle_j = d.idle_w() * e.step_s;
+    e.ok = true;
+    return e;
+}
+
 CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig& hw, const CalibrationOptions& o) {
     if (hw.efficiency) throw InternalError("calibration_samples needs the plain roofline (efficiency must be null)");
     for (const std::string& e : o.exclude) {
@@ -48,18 +84,7 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
         if (!seen.insert(id).second) continue;
         const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), o.image_size, o.seq_len, backends.get("cpu"));
         const Graph& g = pm.lowered.train.graph;
-        const std::vector<NodeRecord> rec = db.nodes(c.key);
-        const std::string where = db.path() + ": " + id;
-        if (rec.size() != g.num_nodes())
-            throw Error(where + ": " + std::to_string(rec.size()) + " node records, the rebuilt training graph has " + std::to_string(g.num_nodes()),
-                        "the records come from another joule version; profile again with --force");
-        for (size_t i = 0; i < rec.size(); ++i) {
-            const Node& n = g.node(NodeId(i));
-            const std::string shapes = shapes_of(g, n);
-            if (rec[i].node != n.name || rec[i].shapes != shapes)
-                throw Error(where + ": node " + std::to_string(i) + " was profiled as '" + rec[i].node + "' " + rec[i].shapes + ", rebuilt as '" + n.name + "' " + shapes,
-                            "calibrate with the --image-size / --seq-len the sweep used");
-        }
+        const std::vector<NodeRecord> rec = check_rebuilt(db, c, g);
         const predict::IterationPrediction p = predict::predict_iteration(g, hw);
         set.first_sample.push_back(set.samples.size());
         set.roofline_s.push_back(p.time_s);

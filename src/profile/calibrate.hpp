@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "predict/device_model.hpp"
 #include "predict/efficiency.hpp"
 #include "predict/memory_model.hpp"
 #include "profile/store.hpp"
@@ -29,6 +30,19 @@ struct CalibrationSet {
     std::vector<size_t> first_sample;   // configs[i]'s samples start here (and end at first_sample[i + 1])
     std::vector<double> roofline_s;     // configs[i]'s step as the plain roofline predicts it
 };
+
+// The node records of configuration c, checked against its rebuilt graph g node by node (names and
+// operand shapes); an Error names the first mismatch and the fix.
+std::vector<NodeRecord> check_rebuilt(const Store& db, const ConfigRecord& c, const Graph& g);
+
+// What a stored configuration's training step would take on another device (the cost interface, every
+// node on that device in the dtype the sweep ran it in; modelled): the step rebuilt and checked as above.
+struct DeviceEstimate {
+    bool ok = false;
+    std::string why_not;  // when !ok: the device lacks a dtype the step uses
+    double step_s = 0, dynamic_j = 0, idle_j = 0;
+};
+DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& d, int64_t image_size, int64_t seq_len);
 
 // `hw` gives the roofline the samples are relative to; its efficiency must be null.
 CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig& hw, const CalibrationOptions& o);

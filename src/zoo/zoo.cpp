@@ -19,6 +19,8 @@ const std::vector<NetInfo>& nets() {
          "google-research/bert L-2_H-128_A-2 (4.4M); MACs at 128 tokens = layers*S*(12H^2+2SH)"},
         {"bert-base", "BERT-base encoder L=12 H=768 A=12 (+pooler, 2-class head)", true, 0, 0, 2, 109482240, 11.17,
          "Devlin et al. 2019 (110M); MACs at 128 tokens = layers*S*(12H^2+2SH)"},
+        {"bert-large", "BERT-large encoder L=24 H=1024 A=16 (+pooler, 2-class head)", true, 0, 0, 2, 335141888, 39.46,
+         "Devlin et al. 2019 (340M; 335,141,888 in bert-large-uncased); MACs at 128 tokens = layers*S*(12H^2+2SH)"},
     };
     return list;
 }
@@ -39,6 +41,7 @@ Model build(const std::string& name, const NetConfig& cfg) {
     if (info.sequence) {
         BertConfig b;
         if (name == "bert-base") b = BertConfig{12, 768, 12, 3072, 30522, 512, 0.1f};
+        if (name == "bert-large") b = BertConfig{24, 1024, 16, 4096, 30522, 512, 0.1f};
         m = build_bert(b, cfg, name);
     } else {
         const int64_t size = cfg.image_size ? cfg.image_size : info.default_image;

@@ -1,0 +1,118 @@
+// `joule predict`: a training iteration of a zoo net on any device of data/hw -- owned or not -- from the
+// cost interface (predict/device_model.hpp): per layer and per iteration time, power and energy, under
+// a power limit or a clock setting. Every figure is modelled. One device runs every node, one after
+// another (placements across devices are the planner's).
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "graph/error.hpp"
+#include "plan/plan.hpp"
+#include "predict/device_model.hpp"
+#include "report/table.hpp"
+
+namespace joule::cli {
+
+namespace {
+
+struct PredictFlags {
+    NetOptions net;
+    std::string device;
+    double power_limit = 0, clock = 0;
+    bool json = false;
+};
+
+struct LayerTotals {
+    std::string name;
+    size_t nodes = 0, throttled = 0;
+    double flops = 0, bytes = 0, seconds = 0, joules = 0, min_clock = 0;
+};
+
+}  // namespace
+
+void add_predict(CLI::App& app) {
+    auto f = std::make_shared<PredictFlags>();
+    f->net.net = "resnet50";
+    f->net.batch = 32;
+    f->net.optimizer = "sgd";
+    auto* cmd = app.add_subcommand("predict", "model a training iteration's time, power and energy on any device of data/hw (joule devices), under a power limit or clock");
+    add_net_options(*cmd, f->net, false, true);
+    cmd->add_option("--device", f->device, "a device of data/hw: name, alias (v100, a100, h100, ...) or a spec file")->required();
+    auto* limit = cmd->add_option("--power-limit", f->power_limit, "board power limit in W for the whole iteration (default: the device's)")
+                      ->check(positive_number());
+    cmd->add_option("--clock", f->clock, "core clock in MHz for the whole iteration (default: the device's)")->check(positive_number())->excludes(limit);
+    cmd->add_flag("--json", f->json, "machine-readable output (with every layer)");
+    cmd->callback([f] {
+        const predict::DeviceModel d = predict::load_device_model(f->device);
+        const hw::DeviceSpec& spec = d.spec();
+        const DType dtype = parse_dtype(f->net.dtype);
+        if (!d.has(dtype))
+            throw Error("device '" + spec.name + "' has no " + f->net.dtype + " compute path (" + spec.path + ")",
+                        std::string("choose a dtype it has:") + (d.has(DType::BF16) ? " bf16" : "") + (d.has(DType::F16) ? " f16" : "") + " f32");
+        const predict::Setting setting{f->power_limit, f->clock};
+        const double clock = d.clock_mhz(setting), limit = d.power_limit_w(setting);  // checks the setting
+        const LoweredGraph lg = lower_net(f->net, &d);
+        const Graph& g = lg.train.graph;
+        check_fits(lg, f->net, spec.mem_gib * 1073741824.0, spec.name);
+        std::vector<LayerTotals> layers;
+        std::map<std::string, size_t> index;
+        LayerTotals total;
+        total.name = "iteration";
+        total.min_clock = clock;
+        for (size_t i = 0; i < g.num_nodes(); ++i) {
+            const NodeId n = NodeId(i);
+            const predict::Cost c = predict::cost(g, n, d, g.node(n).compute, setting);
+            const std::string& layer = layer_of(g, n);
+            auto [it, fresh] = index.try_emplace(layer, layers.size());
+            if (fresh) layers.push_back({layer, 0, 0, 0, 0, 0, 0, clock});
+            for (LayerTotals* t : {&layers[it->second], &total}) {
+                ++t->nodes;
+                t->throttled += c.throttled;
+                t->flops += c.flops, t->bytes += c.bytes, t->seconds += c.seconds, t->joules += c.joules;
+                if (c.clock_mhz > 0) t->min_clock = t->min_clock > 0 ? std::min(t->min_clock, c.clock_mhz) : c.clock_mhz;
+            }
+        }
+        const double idle_j = d.idle_w() * total.seconds, energy = total.joules + idle_j;
+        const double per_s = double(f->net.batch) / total.seconds;
+        const std::string setting_text = f->power_limit > 0 ? "power limit " + fixed(limit, 0) + " W"
+                                         : f->clock > 0     ? "clock " + fixed(clock, 0) + " MHz"
+                                                            : "default setting" + (limit > 0 ? " (power limit " + fixed(limit, 0) + " W" + (clock > 0 ? ", clock " + fixed(clock, 0) + " MHz" : "") + ")" : std::string());
+        auto layer_json = [&](const LayerTotals& t) {
+            return nlohmann::json{{"name", t.name}, {"nodes", t.nodes}, {"flops", t.flops}, {"bytes", t.bytes}, {"seconds", t.seconds},
+                                  {"dynamic_joules", t.joules}, {"idle_joules", d.idle_w() * t.seconds},
+                                  {"average_watts", t.seconds > 0 ? d.idle_w() + t.joules / t.seconds : 0}, {"lowest_clock_mhz", t.min_clock},
+                                  {"throttled_nodes", t.throttled}};
+        };
+        if (f->json) {
+            nlohmann::json ls = nlohmann::json::array();
+            for (const LayerTotals& t : layers) ls.push_back(layer_json(t));
+            nlohmann::json it = layer_json(total);
+            it["samples_per_second"] = per_s, it["joules"] = energy, it["joules_per_sample"] = energy / double(f->net.batch);
+            std::cout << nlohmann::json{{"schema", "joule.predict/1"}, {"kind", "modelled"}, {"net", f->net.net}, {"batch", f->net.batch},
+                                        {"dtype", f->net.dtype}, {"scope", f->net.scope}, {"device", spec.name}, {"spec", spec.path},
+                                        {"time_model", d.efficiency() ? "efficiency curves: " + d.efficiency()->path : "roofline"},
+                                        {"power_limit_w", limit}, {"clock_mhz", clock}, {"casts", lg.casts}, {"iteration", it}, {"layers", ls}}
+                             .dump(2)
+                      << '\n';
+            return;
+        }
+        std::cout << "predict " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", plan " << lg.plan.name << ", " << lg.casts
+                  << " casts; " << g.num_nodes() << " nodes) on " << spec.name << ", " << setting_text << ": all figures MODELLED ("
+                  << (d.efficiency() ? "efficiency curves " + d.efficiency()->path : "roofline") << "; power: idle " << fixed(d.idle_w(), 1)
+                  << " W + activity x " << fixed(d.core_dynamic_w(), 1) << " W + memory energy)\n\n";
+        Table t({"layer", "nodes", "GFLOP", "traffic", "time ms", "share", "avg W", "energy mJ", "clock MHz"});
+        for (const LayerTotals& x : layers)
+            t.add({x.name, std::to_string(x.nodes), fixed(x.flops / 1e9, 3), bytes_str(x.bytes), fixed(x.seconds * 1e3, 3),
+                   fixed(100 * x.seconds / total.seconds, 1) + " %", fixed(x.seconds > 0 ? d.idle_w() + x.joules / x.seconds : 0, 1),
+                   fixed((x.joules + d.idle_w() * x.seconds) * 1e3, 2), x.min_clock > 0 ? fixed(x.min_clock, 0) + (x.throttled ? " (throttled)" : "") : "-"});
+        t.print(std::cout);
+        std::cout << "\nper iteration (modelled): " << fixed(total.seconds * 1e3, 3) << " ms, " << fixed(per_s, 1) << " samples/s; energy "
+                  << fixed(energy, 3) << " J (dynamic " << fixed(total.joules, 3) << " J + idle " << fixed(idle_j, 3) << " J), "
+                  << fixed(energy / double(f->net.batch) * 1e3, 2) << " mJ/sample; average power " << fixed(energy / total.seconds, 1) << " W";
+        if (total.throttled > 0) std::cout << "; the limit throttled " << total.throttled << " of " << total.nodes << " nodes (lowest clock " << fixed(total.min_clock, 0) << " MHz)";
+        std::cout << "\n";
+    });
+}
+
+}  // namespace joule::cli
