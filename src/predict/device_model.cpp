@@ -174,13 +174,14 @@ NodeWork node_work(const Graph& g, NodeId n, DType dtype, double capacity_bytes)
 Cost cost(const NodeWork& w, const DeviceModel& d, DType dtype, const Setting& s) { return cost_at(w, d, dtype, dtype, s); }
 
 Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
-    return cost(node_work(g, n, dtype, d.capacity()), d, dtype, s);
+    const NodeWork w = node_work(g, n, dtype, d.capacity());
+    // a cast node costs what cast_cost() says: vector work on the f32 units, whatever its target
+    return w.kind == OpKind::Cast ? cost_at(w, d, DType::F32, dtype, s) : cost(w, d, dtype, s);
 }
 
 Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s) {
     NodeWork w;
-    w.kind = OpKind::Cast;
-    w.flops = elements;
+    w.kind = OpKind::Cast;  // no FLOPs, as the graph counts a cast
     w.bytes = elements * double(dtype_size(from) + dtype_size(to));
     return cost_at(w, d, DType::F32, to, s);  // vector work: the f32 units, whatever the target
 }
