@@ -251,6 +251,31 @@ TEST(Cli, ProfileReportModelsTheConfigurationsOnAnotherDevice) {
     expect_failure("profile --db " + db + " --report --device a100 --image-size 64", "pass the --image-size / --seq-len the sweep used");
 }
 
+TEST(Cli, AmpComparesPoliciesAndWritesAPlanTrainRuns) {
+    Result r = run("amp --net resnet18 --batch 4 --image-size 32 --device a100");
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"off", "greedy", "autocast", "campo", "optimal", "predicted times are MODELLED"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    const auto j = run_json("amp --net lenet5 --batch 8 --device turin-2vcpu --measure 1 --threads 1 --json");
+    EXPECT_EQ(j["schema"], "joule.amp/1");
+    ASSERT_EQ(j["policies"].size(), 5u);
+    const double off = j["policies"][0]["predicted_seconds"].get<double>();
+    for (const auto& p : j["policies"]) {
+        EXPECT_GT(p["measured_seconds"].get<double>(), 0) << p;
+        if (p["policy"] == "optimal") {
+            EXPECT_LE(p["predicted_seconds"].get<double>(), off * (1 + 1e-12));
+        }
+    }
+    const std::string plan = temp_path("amp.plan.yaml");
+    r = run("amp --net lenet5 --batch 8 --device turin-2vcpu --policy greedy --out " + plan);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --plan " + plan);
+    EXPECT_EQ(r.code, 0) << r.out;
+    expect_failure("amp --net lenet5 --out " + plan, "--out writes one policy's plan");
+    expect_failure("amp --net lenet5 --device a100 --measure 2", "is not a CPU");
+    expect_failure("amp --net lenet5 --device k40", "has no low precision");
+    expect_failure("amp --net lenet5 --device turin-2vcpu --policy campo2", "--policy");
+}
+
 TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     const std::string db = temp_path("cal.db"), eff = temp_path("eff.yaml");
     const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS --overhead 4us";

@@ -147,6 +147,24 @@ TEST_P(Convergence, LeNet5OneEpochMatchesPyTorch) {
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, Convergence, ::testing::Values(0, 1), [](const auto& i) { return i.param ? "SgdMomentum" : "Adam"; });
 
+// Mixed precision keeps accuracy: LeNet-5, 1 epoch, the same seed, under TF-AMP's greedy policy and
+// the cast-aware campo policy (bf16 where they choose it) within 1 point of all-f32.
+TEST(Convergence, MixedPrecisionPoliciesKeepAccuracy) {
+    if (!std::filesystem::exists(std::string(data::kDefaultFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
+        GTEST_SKIP() << "dataset-fashion-mnist not installed";
+    }
+    TrainOptions o;
+    o.threads = 2;
+    o.device_spec = "turin-2vcpu";  // campo's cost model (any CPU spec with curves: the choice, not the run)
+    const double f32 = train(o).test_accuracy;
+    for (const char* policy : {"greedy", "campo"}) {
+        o.amp = policy;
+        const TrainResult r = train(o);
+        EXPECT_EQ(r.dtype, "plan");
+        EXPECT_GE(r.test_accuracy, f32 - 0.01) << policy << ": " << r.test_accuracy << " against f32 " << f32;
+    }
+}
+
 }  // namespace
 }  // namespace joule
 

@@ -22,6 +22,7 @@ void add_probe(CLI::App& app);
 void add_calibrate(CLI::App& app);
 void add_devices(CLI::App& app);
 void add_predict(CLI::App& app);
+void add_amp(CLI::App& app);
 
 // Every floating-point flag checks with this: NaN and infinities (nan, inf, 1e999) are refused with a
 // message, never silently replaced or passed on.
@@ -48,6 +49,12 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool wit
 // Scope `all` asks the cpu backend which ops it runs in the dtype, or, for a modelled device, takes
 // every op that is not f32-only (loss, updates) nor an embedding (the table stays f32), as the cpu does.
 LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled = nullptr);
+// The unlowered train graph of `o` (the optimizer with joule train's default hyper-parameters).
+TrainGraph train_graph_of(const NetOptions& o);
+OptimizerConfig optimizer_of(const NetOptions& o);
+// What a modelled device computes in a dtype: every op it has the dtype for, but f32-only ops and
+// embeddings (the table stays f32). `d` must outlive the function.
+RunsInDtype modelled_runs(const predict::DeviceModel& d);
 // Error when the lowered net's tensor memory (its memory plan) exceeds a device's memory (0: unknown).
 void check_fits(const LoweredGraph& lg, const NetOptions& o, double memory_bytes, const std::string& device);
 

@@ -41,7 +41,7 @@ void add_inspect(CLI::App& app) {
         cfg.image_size = o->image_size;
         cfg.seq_len = o->seq_len;
         zoo::Model m = zoo::build(o->net, cfg);
-        const OptimizerConfig opt = o->optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
+        const OptimizerConfig opt = optimizer_of(*o);
         TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
         const std::string print = fingerprint(unplanned);
         BackendSet backends;

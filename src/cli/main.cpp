@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
     joule::cli::add_calibrate(app);
     joule::cli::add_devices(app);
     joule::cli::add_predict(app);
+    joule::cli::add_amp(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -13,21 +13,27 @@
 
 namespace joule::cli {
 
-LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled) {
+TrainGraph train_graph_of(const NetOptions& o) {
     zoo::NetConfig nc;
     nc.batch = o.batch, nc.image_size = o.image_size, nc.seq_len = o.seq_len;
     zoo::Model m = zoo::build(o.net, nc);
-    const OptimizerConfig opt = o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f);
-    TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
+    return build_train_graph(std::move(m.graph), m.loss, optimizer_of(o));
+}
+
+OptimizerConfig optimizer_of(const NetOptions& o) { return o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f); }
+
+RunsInDtype modelled_runs(const predict::DeviceModel& d) {
+    return [&d](const Graph& g, NodeId n, DType t) {
+        const OpKind k = g.node(n).kind;
+        return d.has(t) && !f32_only_op(k) && k != OpKind::Embedding && k != OpKind::EmbeddingBackward;
+    };
+}
+
+LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled) {
+    TrainGraph unplanned = train_graph_of(o);
     const DType dtype = parse_dtype(o.dtype);
     const PrecisionScope scope = parse_precision_scope(o.scope);
-    if (modelled) {
-        const Plan plan = precision_plan(unplanned, dtype, scope, "cpu", [&](const Graph& g, NodeId n, DType t) {
-            const OpKind k = g.node(n).kind;
-            return modelled->has(t) && !f32_only_op(k) && k != OpKind::Embedding && k != OpKind::EmbeddingBackward;
-        });
-        return lower(std::move(unplanned), plan);
-    }
+    if (modelled) return lower(std::move(unplanned), precision_plan(unplanned, dtype, scope, "cpu", modelled_runs(*modelled)));
     BackendSet backends;
     return lower(std::move(unplanned), precision_plan(unplanned, dtype, scope, backends.get("cpu")));
 }

@@ -25,7 +25,7 @@ struct TrainFlags {
     int threads = 0;
     uint64_t seed = 1;
     bool json = false, quiet = false, oversubscribe = false;
-    std::string plan;
+    std::string plan, amp;
     bool energy = false;
     std::string meter = "auto", device_spec;
     double idle_seconds = 0.5, sample_ms = 10;
@@ -147,6 +147,9 @@ void add_train(CLI::App& app) {
     cmd->add_option("--top", f->top, "rows in the per-layer table")->capture_default_str()->check(number_in(1, 100000));
     auto* plan = cmd->add_option("--plan", f->plan, "plan file: device and precision per layer or node (see README: Plans)");
     for (const char* o : {"--dtype", "--dtype-scope"}) plan->excludes(o);
+    auto* amp = cmd->add_option("--amp", f->amp, "mixed-precision policy: off, greedy (TF-AMP), autocast, campo or optimal (the last two weigh casts with --device-spec's model of this CPU)")
+                    ->check(CLI::IsMember({"off", "greedy", "autocast", "campo", "optimal"}));
+    for (const char* o : {"--dtype", "--dtype-scope", "--plan"}) amp->excludes(o);
     auto* energy = cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
     cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
         ->capture_default_str()
@@ -178,6 +181,7 @@ void add_train(CLI::App& app) {
         o.threads = f->threads;
         o.seed = f->seed;
         o.plan_file = f->plan;
+        o.amp = f->amp;
         o.dtype = parse_dtype(f->net.dtype);
         o.scope = parse_precision_scope(f->net.scope);
         o.energy = f->energy;
@@ -196,7 +200,8 @@ void add_train(CLI::App& app) {
         if (!f->json)
             std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
                       << f->net.optimizer << " lr " << o.optimizer.lr << ", "
-                      << (!o.plan_file.empty() ? "plan " + o.plan_file
+                      << (!o.amp.empty()         ? "mixed-precision policy " + o.amp + ", cpu (oneDNN)"
+                          : !o.plan_file.empty() ? "plan " + o.plan_file
                                                : f->net.dtype + (o.dtype == DType::F32 ? "" : o.scope == PrecisionScope::All ? " on every op that supports it" : " on conv/linear/matmul") + ", cpu (oneDNN)")
                       << "\n";
         auto open_line = std::make_shared<bool>(false);  // a tty progress line without its newline yet

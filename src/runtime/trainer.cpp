@@ -10,6 +10,7 @@
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
+#include "plan/amp.hpp"
 #include "plan/passes.hpp"
 #include "runtime/executor.hpp"
 #include "zoo/zoo.hpp"
@@ -138,7 +139,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     const int64_t params = m.graph.parameter_count();
     TrainGraph train_graph = build_train_graph(std::move(m.graph), m.loss, o.optimizer);
     BackendSet backends({.threads = o.threads});
-    const Plan plan = o.plan_file.empty() ? precision_plan(train_graph, o.dtype, o.scope, backends.get("cpu")) : read_plan_file(o.plan_file);
+    std::optional<predict::DeviceModel> cpu_model;  // what campo and optimal weigh
+    const AmpPolicy amp = o.amp.empty() ? AmpPolicy::Off : parse_amp_policy(o.amp);
+    if (amp == AmpPolicy::Campo || amp == AmpPolicy::Optimal) cpu_model.emplace(predict::load_device_model(hw::find_cpu_spec(o.device_spec).path));
+    const Plan plan = o.plan                ? *o.plan
+                      : !o.amp.empty()      ? amp_backend_plan(train_graph, amp, backends.get("cpu"), cpu_model ? &*cpu_model : nullptr)
+                      : o.plan_file.empty() ? precision_plan(train_graph, o.dtype, o.scope, backends.get("cpu"))
+                                            : read_plan_file(o.plan_file);
     LowerOptions lower_options;
     lower_options.keep = {m.logits, m.loss};
     const LoweredGraph lg = lower(std::move(train_graph), plan, lower_options);
@@ -151,7 +158,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     TrainResult r;
     r.net = o.net;
     r.dataset = o.dataset;
-    r.dtype = o.plan_file.empty() ? dtype_name(o.dtype) : "plan";
+    r.dtype = o.plan_file.empty() && !o.plan && o.amp.empty() ? dtype_name(o.dtype) : "plan";
     r.plan = plan.name;
     r.casts = int64_t(lg.casts);
     r.transfers = int64_t(lg.transfers);

@@ -40,6 +40,9 @@ struct TrainOptions {
     // What runs where and in which precision: a plan file, or the built-in precision plan for the cpu
     // (dtype on conv / linear / matmul — autocast's list — or on every op the cpu runs in it).
     std::string plan_file;
+    std::optional<Plan> plan;  // a plan made in memory (joule amp --measure); wins over plan_file
+    std::string amp;           // a mixed-precision policy (plan/amp.hpp) instead: off, greedy, autocast, campo, optimal
+                               // (campo and optimal cost with device_spec's model of this CPU)
     DType dtype = DType::F32;
     PrecisionScope scope = PrecisionScope::Gemm;
     uint64_t seed = 1;
