@@ -252,6 +252,35 @@ TEST(Sweep, ParsesLists) {
     test::expect_error([&] { run_sweep(db, o); }, "unknown network 'nope'");
 }
 
+TEST(Calibration, ScopeAllSweepsCalibrateTheNonGemmBf16Kinds) {
+    EXPECT_EQ(precision_key(DType::BF16, PrecisionScope::All), "bf16-all");
+    EXPECT_EQ(precision_key(DType::F32, PrecisionScope::All), "f32");  // f32 has no scope
+    EXPECT_EQ(parse_precision_key("bf16-all"), (std::pair{DType::BF16, PrecisionScope::All}));
+    EXPECT_EQ(parse_precision_key("bf16"), (std::pair{DType::BF16, PrecisionScope::Gemm}));
+    test::expect_error([] { parse_precision_key("bf17-all"); }, "bf17");
+    const std::string p = temp_db("calibrate_all.db");
+    Store db(p);
+    SweepOptions o;
+    o.nets = {"lenet5"};
+    o.batches = {2};
+    o.dtypes = {DType::BF16};
+    o.scope = PrecisionScope::All;
+    o.threads = {1};
+    o.iters = 1;
+    o.warmup = 1;
+    o.meter = "modelled";
+    o.device_spec = "cpu-amd-epyc-turin-2vcpu";
+    ASSERT_EQ(run_sweep(db, o), 1);
+    ASSERT_EQ(db.configs().size(), 1u);
+    EXPECT_EQ(db.configs()[0].key.dtype, "bf16-all");
+    predict::MemoryConfig hw;
+    hw.capacity_bytes = 1 << 20, hw.bandwidth_bytes_per_s = 20e9, hw.peak_f32_flops = 100e9, hw.peak_bf16_flops = 200e9;
+    const CalibrationSet set = calibration_samples(db, hw, {});  // rebuilt in scope all, checked node by node
+    bool relu_bf16 = false;
+    for (const predict::EfficiencySample& s : set.samples) relu_bf16 = relu_bf16 || s.key == "Relu.bf16";
+    EXPECT_TRUE(relu_bf16);
+}
+
 TEST(Calibration, PairsRecordsWithTheRebuiltGraph) {
     const std::string p = temp_db("calibrate.db");
     Store db(p);
@@ -270,7 +299,7 @@ TEST(Calibration, PairsRecordsWithTheRebuiltGraph) {
     ASSERT_EQ(set.configs.size(), 2u);
     ASSERT_EQ(set.first_sample.size(), 2u);
     BackendSet backends;
-    const ProfiledModel pm = profiled_model("lenet5", 2, DType::F32, 0, 128, backends.get("cpu"));
+    const ProfiledModel pm = profiled_model("lenet5", 2, "f32", 0, 128, backends.get("cpu"));
     const Graph& g = pm.lowered.train.graph;
     ASSERT_EQ(set.samples.size(), 2 * g.num_nodes());
     EXPECT_EQ(set.first_sample[1], g.num_nodes());

@@ -19,7 +19,7 @@ namespace joule::cli {
 namespace {
 
 struct ProfileFlags {
-    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv, device;
+    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", scope = "gemm", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv, device;
     int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
     double idle_seconds = 0.5, sample_ms = 10;
     bool report = false, json = false, force = false, oversubscribe = false;
@@ -132,6 +132,9 @@ void add_profile(CLI::App& app) {
     cmd->add_option("--net", f->nets, "comma-separated zoo nets")->capture_default_str();
     cmd->add_option("--batch", f->batches, "comma-separated batch sizes")->capture_default_str();
     cmd->add_option("--dtype", f->dtypes, "comma-separated precisions: f32, bf16 (on conv/linear/matmul)")->capture_default_str();
+    cmd->add_option("--dtype-scope", f->scope, "gemm: bf16 on conv/linear/matmul (the built-in plan); all: on every op the cpu runs in bf16 (records keyed bf16-all)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"gemm", "all"}));
     cmd->add_option("--threads", f->threads, "comma-separated thread counts (0: all cores this process may run on)")->capture_default_str();
     cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
     cmd->add_option("--iters", f->iters, "measured training steps per configuration")->capture_default_str()->check(number_in(1, 100000));
@@ -162,6 +165,7 @@ void add_profile(CLI::App& app) {
                 if (d != "f32" && d != "bf16") throw Error("--dtype " + d + ": the cpu backend computes in f32 or bf16", "use --dtype f32, bf16 or f32,bf16");
                 o.dtypes.push_back(parse_dtype(d));
             }
+            o.scope = parse_precision_scope(f->scope);
             o.threads.clear();
             for (int64_t t : profile::parse_int_list(f->threads, "--threads", true)) {
                 cpu::check_threads(t, f->oversubscribe);

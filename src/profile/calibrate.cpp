@@ -38,7 +38,7 @@ std::vector<NodeRecord> check_rebuilt(const Store& db, const ConfigRecord& c, co
 
 DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& d, int64_t image_size, int64_t seq_len) {
     BackendSet backends;  // the built-in precision plans are the cpu's, as the sweep made them
-    const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), image_size, seq_len, backends.get("cpu"));
+    const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, c.key.dtype, image_size, seq_len, backends.get("cpu"));
     const Graph& g = pm.lowered.train.graph;
     check_rebuilt(db, c, g);
     DeviceEstimate e;
@@ -82,7 +82,7 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
         if (excluded(c, o.exclude)) continue;
         const std::string id = c.key.net + " batch " + std::to_string(c.key.batch) + " " + c.key.dtype;
         if (!seen.insert(id).second) continue;
-        const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, parse_dtype(c.key.dtype), o.image_size, o.seq_len, backends.get("cpu"));
+        const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, c.key.dtype, o.image_size, o.seq_len, backends.get("cpu"));
         const Graph& g = pm.lowered.train.graph;
         const std::vector<NodeRecord> rec = check_rebuilt(db, c, g);
         const predict::IterationPrediction p = predict::predict_iteration(g, hw);

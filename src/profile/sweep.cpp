@@ -83,15 +83,25 @@ std::string shapes_of(const Graph& g, const Node& n) {
     return s;
 }
 
-ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len,
+std::string precision_key(DType dtype, PrecisionScope scope) {
+    return std::string(dtype_name(dtype)) + (dtype != DType::F32 && scope == PrecisionScope::All ? "-all" : "");
+}
+
+std::pair<DType, PrecisionScope> parse_precision_key(const std::string& key) {
+    const bool all = key.size() > 4 && key.ends_with("-all");
+    return {parse_dtype(all ? key.substr(0, key.size() - 4) : key), all ? PrecisionScope::All : PrecisionScope::Gemm};
+}
+
+ProfiledModel profiled_model(const std::string& net, int64_t batch, const std::string& precision, int64_t image_size, int64_t seq_len,
                              const Backend& device) {
+    const auto [dtype, scope] = parse_precision_key(precision);
     zoo::NetConfig cfg;
     cfg.batch = batch;
     cfg.image_size = image_size;
     cfg.seq_len = seq_len;
     ProfiledModel p{zoo::build(net, cfg), {}};
     TrainGraph tg = build_train_graph(std::move(p.model.graph), p.model.loss, OptimizerConfig::sgd(0.01f, 0.9f));
-    const Plan plan = precision_plan(tg, dtype, PrecisionScope::Gemm, device);
+    const Plan plan = precision_plan(tg, dtype, scope, device);
     LowerOptions lo;
     lo.keep = {p.model.logits, p.model.loss};
     p.lowered = lower(std::move(tg), plan, lo);
@@ -122,7 +132,7 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                     } catch (const Error& e) {
                         throw Error(std::string(e.what()) + (spec_error.empty() ? "" : "; " + spec_error));
                     }
-                    ConfigKey key{net, "cpu", dtype_name(dtype), energy::kind_name(meter.info.kind), batch, threads};
+                    ConfigKey key{net, "cpu", precision_key(dtype, o.scope), energy::kind_name(meter.info.kind), batch, threads};
                     SweepEvent ev;
                     ev.key = key;
                     if (!o.force && store.has_config(key, o.iters)) {
@@ -130,7 +140,7 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                         if (on_event) on_event(ev);
                         continue;
                     }
-                    ProfiledModel pm = profiled_model(net, batch, dtype, o.image_size, o.seq_len, backends.get("cpu"));
+                    ProfiledModel pm = profiled_model(net, batch, key.dtype, o.image_size, o.seq_len, backends.get("cpu"));
                     const zoo::Model& m = pm.model;
                     const Graph& g = pm.lowered.train.graph;
                     Executor ex(pm.lowered, backends, {{}, 1});

@@ -25,6 +25,7 @@ struct SweepOptions {
     std::vector<std::string> nets = {"lenet5"};
     std::vector<int64_t> batches = {8, 16, 32};
     std::vector<DType> dtypes = {DType::F32};
+    PrecisionScope scope = PrecisionScope::Gemm;  // which ops a low dtype covers (keyed "bf16" / "bf16-all")
     std::vector<int> threads = {0};  // 0: all cores
     int64_t iters = 5, warmup = 2;
     int64_t image_size = 0, seq_len = 128;
@@ -47,8 +48,13 @@ struct ProfiledModel {
     zoo::Model model;  // its graph moved into `lowered`; input, labels, logits, vocab stay
     LoweredGraph lowered;
 };
-ProfiledModel profiled_model(const std::string& net, int64_t batch, DType dtype, int64_t image_size, int64_t seq_len,
+ProfiledModel profiled_model(const std::string& net, int64_t batch, const std::string& precision, int64_t image_size, int64_t seq_len,
                              const Backend& device);
+
+// A configuration's precision as the store keys it: "f32", "bf16" (the built-in plan: conv / linear /
+// matmul in bf16) or "bf16-all" (every op the cpu runs in bf16: calibrates the non-GEMM bf16 kinds).
+std::string precision_key(DType dtype, PrecisionScope scope);
+std::pair<DType, PrecisionScope> parse_precision_key(const std::string& key);
 
 // "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors, as stored.
 std::string shapes_of(const Graph& g, const Node& n);
