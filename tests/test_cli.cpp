@@ -276,6 +276,21 @@ TEST(Cli, AmpComparesPoliciesAndWritesAPlanTrainRuns) {
     expect_failure("amp --net lenet5 --device turin-2vcpu --policy campo2", "--policy");
 }
 
+TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {
+    const std::string a = temp_path("cal_a.db"), b = temp_path("cal_b.db"), eff = temp_path("cal_ab.yaml");
+    std::remove(a.c_str()), std::remove(b.c_str());
+    const std::string sweep = " --net lenet5 --batch 2 --threads 1 --iters 1 --warmup 1 --meter modelled" + std::string(kSpec);
+    ASSERT_EQ(run("profile --db " + a + sweep).code, 0);
+    ASSERT_EQ(run("profile --db " + b + sweep + " --image-size 32").code, 0);
+    const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS";
+    const auto j = run_json("calibrate --db " + a + " --db " + b + " --image-size 0,32 --out " + eff + hw + " --json");
+    ASSERT_EQ(j["configs"].size(), 2u);
+    EXPECT_EQ(j["configs"][0]["image_size"], 0);
+    EXPECT_EQ(j["configs"][1]["image_size"], 32);
+    expect_failure("calibrate --db " + a + " --db " + b + " --image-size 0,32,64 --out " + eff + hw, "--image-size: 3 values for 2 databases");
+    expect_failure("calibrate --db " + a + " --db " + b + " --out " + eff + hw, "pass the --image-size / --seq-len the sweep used");  // b is 32x32
+}
+
 TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     const std::string db = temp_path("cal.db"), eff = temp_path("eff.yaml");
     const std::string hw = " --capacity 1MiB --bandwidth 20GB/s --peak 100GFLOPS --overhead 4us";

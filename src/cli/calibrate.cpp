@@ -17,9 +17,11 @@ namespace {
 
 struct CalibrateFlags {
     HardwareOptions hw;
-    std::string db = "joule-profile.db", out = "joule-efficiency.yaml", nets, exclude;
+    std::vector<std::string> dbs = {"joule-profile.db"};
+    std::string out = "joule-efficiency.yaml", nets, exclude;
     int threads = 0;
-    int64_t image_size = 0, seq_len = 128;
+    std::vector<int64_t> image_sizes = {0};
+    int64_t seq_len = 128;
     bool json = false;
 };
 
@@ -28,12 +30,14 @@ struct CalibrateFlags {
 void add_calibrate(CLI::App& app) {
     auto f = std::make_shared<CalibrateFlags>();
     auto* cmd = app.add_subcommand("calibrate", "fit per-op efficiency curves from joule profile records for joule analyze --efficiency");
-    cmd->add_option("--db", f->db, "SQLite database written by joule profile")->capture_default_str();
+    cmd->add_option("--db", f->dbs, "SQLite database written by joule profile (repeat for several: e.g. one per image size)")->capture_default_str();
     cmd->add_option("--out", f->out, "efficiency file to write")->capture_default_str();
     cmd->add_option("--net", f->nets, "comma-separated nets to fit from (default: every net in the database)");
     cmd->add_option("--exclude", f->exclude, "comma-separated NET or NET:BATCH to hold out (e.g. resnet50 or resnet50:4)");
     cmd->add_option("--threads", f->threads, "thread count of the records (0: the only one stored)")->check(number_in(0));
-    cmd->add_option("--image-size", f->image_size, "input size the sweep used (0: each net's default)")->check(number_in(0));
+    cmd->add_option("--image-size", f->image_sizes, "input size the sweep used (0: each net's default); one for all databases, or one per --db in order")
+        ->delimiter(',')
+        ->check(number_in(0));
     cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(number_in(1, 4096));
     add_hardware_options(*cmd, f->hw, false);
     cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
@@ -45,14 +49,32 @@ void add_calibrate(CLI::App& app) {
         for (const std::string& x : o.exclude) zoo::net_info(x.substr(0, x.find(':')));
         const Hardware hw = resolve_hardware(f->hw);
         hw.require("joule calibrate");
-        if (!std::filesystem::exists(f->db)) throw Error("--db " + f->db + ": no such database", "run joule profile --db " + f->db + " first");
-        o.threads = f->threads, o.image_size = f->image_size, o.seq_len = f->seq_len;
-        const profile::Store db(f->db, profile::Store::Mode::ReadOnly);
-        const profile::CalibrationSet set = profile::calibration_samples(db, hw.config, o);
+        if (f->image_sizes.size() != 1 && f->image_sizes.size() != f->dbs.size())
+            throw Error("--image-size: " + std::to_string(f->image_sizes.size()) + " values for " + std::to_string(f->dbs.size()) + " databases",
+                        "give one size for all, or one per --db in order");
+        // every database's samples in one fit; each configuration remembers its database's input size
+        profile::CalibrationSet set;
+        std::vector<int64_t> size_of;  // per configuration
+        std::string from;
+        for (size_t d = 0; d < f->dbs.size(); ++d) {
+            const std::string& path = f->dbs[d];
+            if (!std::filesystem::exists(path)) throw Error("--db " + path + ": no such database", "run joule profile --db " + path + " first");
+            o.threads = f->threads, o.image_size = f->image_sizes[f->image_sizes.size() == 1 ? 0 : d], o.seq_len = f->seq_len;
+            const profile::Store db(path, profile::Store::Mode::ReadOnly);
+            const profile::CalibrationSet part = profile::calibration_samples(db, hw.config, o);
+            for (size_t i = 0; i < part.configs.size(); ++i) {
+                set.first_sample.push_back(set.samples.size() + part.first_sample[i]);
+                set.configs.push_back(part.configs[i]);
+                set.roofline_s.push_back(part.roofline_s[i]);
+                size_of.push_back(o.image_size);
+            }
+            set.samples.insert(set.samples.end(), part.samples.begin(), part.samples.end());
+            from += (from.empty() ? "" : " + ") + path;
+        }
         predict::EfficiencyModel model = predict::fit_efficiency(set.samples);
         const predict::MemoryConfig& c = hw.config;
         model.hardware = {c.capacity_bytes, c.bandwidth_bytes_per_s, c.peak_f32_flops, c.peak_bf16_flops, c.node_overhead_s};
-        model.fitted_from = f->db + ": " + std::to_string(set.configs.size()) + " configurations, threads " + std::to_string(set.configs.front().key.threads) +
+        model.fitted_from = from + ": " + std::to_string(set.configs.size()) + " configurations, threads " + std::to_string(set.configs.front().key.threads) +
                             (o.exclude.empty() ? "" : ", excluding " + f->exclude);
         predict::save_efficiency(model, f->out);
         const std::vector<std::string> warnings = predict::fit_warnings(model);
@@ -60,7 +82,7 @@ void add_calibrate(CLI::App& app) {
 
         // In-sample check: the step each configuration measured against the roofline and the curves.
         nlohmann::json configs = nlohmann::json::array();
-        Table t({"net", "batch", "dtype", "measured ms", "roofline ms", "error", "calibrated ms", "error"});
+        Table t({"net", "input", "batch", "dtype", "measured ms", "roofline ms", "error", "calibrated ms", "error"});
         double roof_err = 0, cal_err = 0;
         for (size_t i = 0; i < set.configs.size(); ++i) {
             const size_t end = i + 1 < set.configs.size() ? set.first_sample[i + 1] : set.samples.size();
@@ -73,9 +95,9 @@ void add_calibrate(CLI::App& app) {
             const profile::ConfigRecord& r = set.configs[i];
             const double er = (roof - r.step_s) / r.step_s, ec = (cal - r.step_s) / r.step_s;
             roof_err += std::fabs(er), cal_err += std::fabs(ec);
-            t.add({r.key.net, std::to_string(r.key.batch), r.key.dtype, fixed(r.step_s * 1e3, 2), fixed(roof * 1e3, 2), fixed(100 * er, 1) + " %",
+            t.add({r.key.net, size_of[i] ? std::to_string(size_of[i]) : "default", std::to_string(r.key.batch), r.key.dtype, fixed(r.step_s * 1e3, 2), fixed(roof * 1e3, 2), fixed(100 * er, 1) + " %",
                    fixed(cal * 1e3, 2), fixed(100 * ec, 1) + " %"});
-            configs.push_back({{"net", r.key.net}, {"batch", r.key.batch}, {"dtype", r.key.dtype}, {"measured_seconds", r.step_s},
+            configs.push_back({{"net", r.key.net}, {"image_size", size_of[i]}, {"batch", r.key.batch}, {"dtype", r.key.dtype}, {"measured_seconds", r.step_s},
                                {"roofline_seconds", roof}, {"calibrated_seconds", cal}});
         }
         const double n = double(set.configs.size());
