@@ -16,12 +16,6 @@ std::string range(double lo, double hi, const char* unit) {
     return fixed(lo, 0) + "-" + fixed(hi, 0) + " " + unit;
 }
 
-std::string names(const std::string& name, const std::vector<std::string>& aliases) {
-    std::string s = name;
-    for (const std::string& a : aliases) s += (a == aliases.front() ? " (" : ", ") + a;
-    return aliases.empty() ? s : s + ")";
-}
-
 std::string tflops(double gflops) { return gflops > 0 ? fixed(gflops / 1e3, gflops < 1e3 ? 3 : 1) : "-"; }
 
 }  // namespace
@@ -55,14 +49,14 @@ void add_devices(CLI::App& app) {
         std::cout << "devices (" << c.dir << "; every figure cites its source in its file):\n";
         Table t({"device (aliases)", "kind", "f32 TFLOPS", "bf16", "f16", "GB/s", "memory", "on-chip", "idle / TDP W", "power limit", "clock", "time model"});
         for (const hw::DeviceSpec& x : c.devices)
-            t.add({names(x.name, x.aliases), x.kind, tflops(x.peak_f32_gflops), tflops(x.peak_bf16_gflops), tflops(x.peak_f16_gflops),
+            t.add({hw::with_aliases(x.name, x.aliases), x.kind, tflops(x.peak_f32_gflops), tflops(x.peak_bf16_gflops), tflops(x.peak_f16_gflops),
                    fixed(x.mem_bandwidth_gbps, 0), x.mem_gib > 0 ? fixed(x.mem_gib, 0) + " GiB" : "-", bytes_str(x.onchip_kib * 1024),
                    fixed(x.idle_w, 0) + " / " + fixed(x.tdp_w, 0), range(x.power_limit_min_w, x.power_limit_max_w, "W"),
                    range(x.clock_min_mhz, x.clock_max_mhz, "MHz"), x.efficiency.empty() ? "roofline" : "curves: " + x.efficiency});
         t.print(std::cout);
         std::cout << "\nlinks:\n";
         Table l({"link (aliases)", "GB/s per direction", "latency us", "pJ/byte"});
-        for (const hw::LinkSpec& x : c.links) l.add({names(x.name, x.aliases), fixed(x.bandwidth_gbps, 1), fixed(x.latency_us, 2), fixed(x.energy_pj_per_byte, 1)});
+        for (const hw::LinkSpec& x : c.links) l.add({hw::with_aliases(x.name, x.aliases), fixed(x.bandwidth_gbps, 1), fixed(x.latency_us, 2), fixed(x.energy_pj_per_byte, 1)});
         l.print(std::cout);
         std::cout << "\nsystems (one node: its devices and links):\n";
         Table s({"system (aliases)", "devices", "links", "network"});
@@ -70,7 +64,7 @@ void add_devices(CLI::App& app) {
             std::string devices, links;
             for (const std::string& d : x.devices) devices += (devices.empty() ? "" : " + ") + d;
             for (const hw::SystemLink& k : x.links) links += (links.empty() ? "" : "; ") + k.a + " - " + k.b + ": " + c.link(k.link).name;
-            s.add({names(x.name, x.aliases), devices, links, x.network.empty() ? "-" : c.link(x.network).name});
+            s.add({hw::with_aliases(x.name, x.aliases), devices, links, x.network.empty() ? "-" : c.link(x.network).name});
         }
         s.print(std::cout);
     });

@@ -69,7 +69,6 @@ public:
     double node_dynamic_w(const Graph& g, NodeId n, double seconds) const;
     double idle_w() const { return model_.idle_w(); }
     const hw::DeviceSpec& spec() const { return model_.spec(); }
-    const predict::DeviceModel& model() const { return model_; }
     std::string describe() const;
 
 private:

@@ -213,13 +213,18 @@ std::vector<DeviceSpec> load_all_specs(const std::string& dir) {
     return specs;
 }
 
+std::string with_aliases(const std::string& name, const std::vector<std::string>& aliases) {
+    std::string s = name;
+    for (size_t i = 0; i < aliases.size(); ++i) s += (i == 0 ? " (" : ", ") + aliases[i];
+    return aliases.empty() ? s : s + ")";
+}
+
 namespace {
 std::string names_of(const std::vector<DeviceSpec>& specs, const std::string& kind) {
     std::string names;
     for (const DeviceSpec& s : specs) {
         if (!kind.empty() && s.kind != kind) continue;
-        names += (names.empty() ? "" : ", ") + s.name;
-        for (size_t i = 0; i < s.aliases.size(); ++i) names += (i == 0 ? " (" : ", ") + s.aliases[i] + (i + 1 == s.aliases.size() ? ")" : "");
+        names += (names.empty() ? "" : ", ") + with_aliases(s.name, s.aliases);
     }
     return names;
 }

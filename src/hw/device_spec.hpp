@@ -48,6 +48,8 @@ struct DeviceSpec {
 };
 
 DeviceSpec load_device_spec(const std::string& path);
+// "gpu-nvidia-v100-sxm2 (v100, v100-sxm2)": a name with its aliases, for listings and messages.
+std::string with_aliases(const std::string& name, const std::vector<std::string>& aliases);
 std::string data_dir();  // JOULE_DATA_DIR, else the source tree's data/
 std::string spec_dir();  // data_dir()/hw
 // A data file given as a path (containing '/' or ending in .yaml) or as a name: data_dir()/folder/NAME.yaml.

@@ -382,7 +382,15 @@ std::vector<bool> optimal_assignment(const Graph& g, const AmpContext& c, const 
     return low;
 }
 
-std::vector<bool> campo_assignment(const Graph& g, const AmpContext& c, const AmpCosts& k) {
+std::vector<bool> campo_assignment(const Graph& g, const AmpContext& c, const AmpCosts& costs) {
+    // The search re-costs the assignment after every flip: each node's two times are asked once.
+    std::vector<std::array<double, 2>> node(g.num_nodes(), {-1.0, -1.0});
+    const AmpCosts k{[&](NodeId n, DType t) {
+                         double& v = node[size_t(n)][t == DType::F32 ? 0 : 1];
+                         if (v < 0) v = costs.node(n, t);
+                         return v;
+                     },
+                     costs.cast};
     const std::vector<bool> fixed = amp_fixed_f32(g, c);
     std::vector<bool> x = greedy_assignment(g, c);
     double best = amp_cost(g, x, c, k);

@@ -63,7 +63,6 @@ public:
     explicit DeviceModel(hw::DeviceSpec spec, std::optional<EfficiencyModel> efficiency = std::nullopt, double share = 1);
     const hw::DeviceSpec& spec() const { return spec_; }
     const EfficiencyModel* efficiency() const { return efficiency_ ? &*efficiency_ : nullptr; }
-    double share() const { return share_; }
     bool has(DType t) const { return spec_.has_peak(t); }
     double idle_w() const { return spec_.idle_w; }
     // Setting checks (Error naming the device, the value and the range) and the values they resolve to.
