@@ -261,6 +261,10 @@ TEST(Cli, AmpComparesPoliciesAndWritesAPlanTrainRuns) {
     const double off = j["policies"][0]["predicted_seconds"].get<double>();
     for (const auto& p : j["policies"]) {
         EXPECT_GT(p["measured_seconds"].get<double>(), 0) << p;
+        // the casts' share of the step, predicted and measured: none without casts
+        EXPECT_EQ(p["casts"].get<int>() == 0, p["predicted_cast_seconds"].get<double>() == 0) << p;
+        EXPECT_EQ(p["casts"].get<int>() == 0, p["measured_cast_seconds"].get<double>() == 0) << p;
+        EXPECT_LT(p["measured_cast_seconds"].get<double>(), p["measured_seconds"].get<double>()) << p;
         if (p["policy"] == "optimal") {
             EXPECT_LE(p["predicted_seconds"].get<double>(), off * (1 + 1e-12));
         }
@@ -289,6 +293,17 @@ TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {
     EXPECT_EQ(j["configs"][1]["image_size"], 32);
     expect_failure("calibrate --db " + a + " --db " + b + " --image-size 0,32,64 --out " + eff + hw, "--image-size: 3 values for 2 databases");
     expect_failure("calibrate --db " + a + " --db " + b + " --out " + eff + hw, "pass the --image-size / --seq-len the sweep used");  // b is 32x32
+
+    // sequence lengths likewise: one per database
+    const std::string c = temp_path("cal_c.db");
+    std::remove(c.c_str());
+    ASSERT_EQ(run("profile --db " + c + " --net bert-tiny --batch 1 --threads 1 --iters 1 --warmup 0 --meter modelled --seq-len 16" + std::string(kSpec)).code, 0);
+    const auto k = run_json("calibrate --db " + a + " --db " + c + " --seq-len 128,16 --out " + eff + hw + " --json");
+    ASSERT_EQ(k["configs"].size(), 2u);
+    EXPECT_EQ(k["configs"][1]["net"], "bert-tiny");
+    EXPECT_EQ(k["configs"][1]["seq_len"], 16);
+    expect_failure("calibrate --db " + a + " --db " + c + " --out " + eff + hw, "pass the --image-size / --seq-len the sweep used");
+    expect_failure("calibrate --db " + a + " --db " + c + " --seq-len 16,16,16 --out " + eff + hw, "--seq-len: 3 values for 2 databases");
 }
 
 TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {

@@ -21,7 +21,7 @@ struct CalibrateFlags {
     std::string out = "joule-efficiency.yaml", nets, exclude;
     int threads = 0;
     std::vector<int64_t> image_sizes = {0};
-    int64_t seq_len = 128;
+    std::vector<int64_t> seq_lens = {128};
     bool json = false;
 };
 
@@ -38,7 +38,10 @@ void add_calibrate(CLI::App& app) {
     cmd->add_option("--image-size", f->image_sizes, "input size the sweep used (0: each net's default); one for all databases, or one per --db in order")
         ->delimiter(',')
         ->check(number_in(0));
-    cmd->add_option("--seq-len", f->seq_len, "sequence length the sweep used")->capture_default_str()->check(number_in(1, 4096));
+    cmd->add_option("--seq-len", f->seq_lens, "sequence length the sweep used (BERT nets); one for all databases, or one per --db in order")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(number_in(1, 4096));
     add_hardware_options(*cmd, f->hw, false);
     cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
     cmd->callback([f] {
@@ -49,17 +52,23 @@ void add_calibrate(CLI::App& app) {
         for (const std::string& x : o.exclude) zoo::net_info(x.substr(0, x.find(':')));
         const Hardware hw = resolve_hardware(f->hw);
         hw.require("joule calibrate");
-        if (f->image_sizes.size() != 1 && f->image_sizes.size() != f->dbs.size())
-            throw Error("--image-size: " + std::to_string(f->image_sizes.size()) + " values for " + std::to_string(f->dbs.size()) + " databases",
-                        "give one size for all, or one per --db in order");
-        // every database's samples in one fit; each configuration remembers its database's input size
+        // --image-size and --seq-len: one value for every database, or one per --db in order
+        const auto per_db = [&](const std::vector<int64_t>& values, const char* flag) {
+            if (values.size() != 1 && values.size() != f->dbs.size())
+                throw Error(std::string(flag) + ": " + std::to_string(values.size()) + " values for " + std::to_string(f->dbs.size()) + " databases",
+                            "give one value for all, or one per --db in order");
+            return [&values](size_t d) { return values[values.size() == 1 ? 0 : d]; };
+        };
+        const auto image_size_of = per_db(f->image_sizes, "--image-size");
+        const auto seq_len_of = per_db(f->seq_lens, "--seq-len");
+        // every database's samples in one fit; each configuration remembers its database's input size and sequence length
         profile::CalibrationSet set;
-        std::vector<int64_t> size_of;  // per configuration
+        std::vector<int64_t> size_of, seq_of;  // per configuration
         std::string from;
         for (size_t d = 0; d < f->dbs.size(); ++d) {
             const std::string& path = f->dbs[d];
             if (!std::filesystem::exists(path)) throw Error("--db " + path + ": no such database", "run joule profile --db " + path + " first");
-            o.threads = f->threads, o.image_size = f->image_sizes[f->image_sizes.size() == 1 ? 0 : d], o.seq_len = f->seq_len;
+            o.threads = f->threads, o.image_size = image_size_of(d), o.seq_len = seq_len_of(d);
             const profile::Store db(path, profile::Store::Mode::ReadOnly);
             const profile::CalibrationSet part = profile::calibration_samples(db, hw.config, o);
             for (size_t i = 0; i < part.configs.size(); ++i) {
@@ -67,6 +76,7 @@ void add_calibrate(CLI::App& app) {
                 set.configs.push_back(part.configs[i]);
                 set.roofline_s.push_back(part.roofline_s[i]);
                 size_of.push_back(o.image_size);
+                seq_of.push_back(o.seq_len);
             }
             set.samples.insert(set.samples.end(), part.samples.begin(), part.samples.end());
             from += (from.empty() ? "" : " + ") + path;
@@ -95,9 +105,10 @@ void add_calibrate(CLI::App& app) {
             const profile::ConfigRecord& r = set.configs[i];
             const double er = (roof - r.step_s) / r.step_s, ec = (cal - r.step_s) / r.step_s;
             roof_err += std::fabs(er), cal_err += std::fabs(ec);
-            t.add({r.key.net, size_of[i] ? std::to_string(size_of[i]) : "default", std::to_string(r.key.batch), r.key.dtype, fixed(r.step_s * 1e3, 2), fixed(roof * 1e3, 2), fixed(100 * er, 1) + " %",
+            const bool tokens = zoo::net_info(r.key.net).sequence;
+            t.add({r.key.net, tokens ? "seq " + std::to_string(seq_of[i]) : size_of[i] ? std::to_string(size_of[i]) : "default", std::to_string(r.key.batch), r.key.dtype, fixed(r.step_s * 1e3, 2), fixed(roof * 1e3, 2), fixed(100 * er, 1) + " %",
                    fixed(cal * 1e3, 2), fixed(100 * ec, 1) + " %"});
-            configs.push_back({{"net", r.key.net}, {"image_size", size_of[i]}, {"batch", r.key.batch}, {"dtype", r.key.dtype}, {"measured_seconds", r.step_s},
+            configs.push_back({{"net", r.key.net}, {"image_size", size_of[i]}, {"seq_len", seq_of[i]}, {"batch", r.key.batch}, {"dtype", r.key.dtype}, {"measured_seconds", r.step_s},
                                {"roofline_seconds", roof}, {"calibrated_seconds", cal}});
         }
         const double n = double(set.configs.size());
