@@ -30,7 +30,7 @@ struct PolicyResult {
     AmpPolicy policy;
     Plan plan;
     size_t low = 0, casts = 0;
-    double cast_bytes = 0, predicted_s = 0, measured_s = -1;
+    double cast_bytes = 0, predicted_s = 0, predicted_cast_s = 0, measured_s = -1, measured_cast_s = -1;
 };
 
 }  // namespace
@@ -65,7 +65,7 @@ void add_amp(CLI::App& app) {
         if (cpu) c.runs = [&](const Graph& gg, NodeId n, DType t) { return !f32_only_op(gg.node(n).kind) && supports_in(backends.get("cpu"), gg, n, t); };
         else c.runs = modelled_runs(d);
         const AmpCosts k{[&](NodeId n, DType t) { return predict::cost(g, n, d, t).seconds; },
-                         [&](double e, DType from, DType to) { return predict::cast_cost(e, from, to, d).seconds; }};
+                         [&](double e, DType from, DType to) { return predict::cast_cost(e, from, to, d).seconds; }, amp_mixed_cost(tg, low, d)};
         std::vector<AmpPolicy> policies = {AmpPolicy::Off, AmpPolicy::Greedy, AmpPolicy::Autocast, AmpPolicy::Campo, AmpPolicy::Optimal};
         if (!f->policy.empty()) policies = {parse_amp_policy(f->policy)};
         std::vector<PolicyResult> results;
@@ -77,17 +77,19 @@ void add_amp(CLI::App& app) {
             for (bool b : x) r.low += b;
             const LoweredGraph lg = lower(TrainGraph(tg), r.plan);
             r.casts = lg.casts;
+            if (r.low > 0) r.predicted_s += k.mixed;  // f16's loss scaling
             for (size_t i = 0; i < lg.train.graph.num_nodes(); ++i) {
                 const NodeId n = NodeId(i);
                 const predict::Cost cost = predict::cost(lg.train.graph, n, d, lg.train.graph.node(n).compute);
                 r.predicted_s += cost.seconds;
-                if (lg.train.graph.node(n).kind == OpKind::Cast) r.cast_bytes += cost.bytes;
+                if (lg.train.graph.node(n).kind == OpKind::Cast) r.cast_bytes += cost.bytes, r.predicted_cast_s += cost.seconds;
             }
             if (f->measure > 0) {
                 TrainOptions o;
                 o.net = f->net.net, o.dataset = "synthetic", o.batch = f->net.batch, o.image_size = f->net.image_size, o.seq_len = f->net.seq_len;
                 o.steps = f->measure + 1, o.warmup = 1, o.optimizer = optimizer_of(f->net), o.threads = f->threads, o.plan = r.plan, o.eval_samples = 0;
-                r.measured_s = train(o).step_seconds;
+                const TrainResult m = train(o);
+                r.measured_s = m.step_seconds, r.measured_cast_s = m.cast_seconds;
             }
             results.push_back(r);
         }
@@ -100,27 +102,30 @@ void add_amp(CLI::App& app) {
             nlohmann::json out = nlohmann::json::array();
             for (const PolicyResult& r : results) {
                 nlohmann::json j = {{"policy", amp_policy_name(r.policy)}, {"low_nodes", r.low}, {"casts", r.casts}, {"cast_bytes", r.cast_bytes},
-                                    {"predicted_seconds", r.predicted_s}};
-                if (r.measured_s >= 0) j["measured_seconds"] = r.measured_s;
+                                    {"predicted_seconds", r.predicted_s}, {"predicted_cast_seconds", r.predicted_cast_s}};
+                if (r.measured_s >= 0) j["measured_seconds"] = r.measured_s, j["measured_cast_seconds"] = r.measured_cast_s;
                 out.push_back(j);
             }
             std::cout << nlohmann::json{{"schema", "joule.amp/1"}, {"net", f->net.net}, {"batch", f->net.batch}, {"device", spec.name}, {"low", dtype_name(low)},
-                                        {"nodes", g.num_nodes()}, {"time_model", eff ? "efficiency curves: " + eff->path : "roofline"}, {"policies", out}}
+                                        {"loss_scaling_seconds", k.mixed}, {"nodes", g.num_nodes()}, {"time_model", eff ? "efficiency curves: " + eff->path : "roofline"}, {"policies", out}}
                              .dump(2)
                       << '\n';
             return;
         }
         std::cout << "amp " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", " << g.num_nodes() << " nodes) on " << spec.name << ", low precision "
                   << dtype_name(low) << "; predicted times are MODELLED (" << (eff ? "efficiency curves " + eff->path : "roofline: this device has no fitted curves") << ")"
-                  << (f->measure > 0 ? "; measured: " + std::to_string(f->measure) + " steps each on this CPU" : "") << "\n\n";
-        std::vector<std::string> head = {"policy", "low nodes", "casts", "cast traffic", "predicted ms", "vs off"};
-        if (f->measure > 0) head.insert(head.end(), {"measured ms", "model error"});
+                  << (f->measure > 0 ? "; measured: " + std::to_string(f->measure) + " steps each on this CPU" : "") << "\n";
+        if (k.mixed > 0) std::cout << "f16 needs dynamic loss scaling: unscaling and checking the weight gradients adds " << fixed(k.mixed * 1e3, 3) << " ms to every mixed plan\n";
+        std::cout << '\n';
+        std::vector<std::string> head = {"policy", "low nodes", "casts", "cast traffic", "predicted ms", "of which casts", "vs off"};
+        if (f->measure > 0) head.insert(head.end(), {"measured ms", "of which casts", "model error"});
         Table t(head);
         for (const PolicyResult& r : results) {
             std::vector<std::string> row = {amp_policy_name(r.policy), std::to_string(r.low) + " / " + std::to_string(g.num_nodes()), std::to_string(r.casts),
-                                            bytes_str(r.cast_bytes), fixed(r.predicted_s * 1e3, 3), off_s > 0 ? fixed(off_s / r.predicted_s, 2) + "x" : "-"};
+                                            bytes_str(r.cast_bytes), fixed(r.predicted_s * 1e3, 3), fixed(r.predicted_cast_s * 1e3, 3),
+                                            off_s > 0 ? fixed(off_s / r.predicted_s, 2) + "x" : "-"};
             if (f->measure > 0)
-                row.insert(row.end(), {fixed(r.measured_s * 1e3, 3), fixed(100 * (r.predicted_s - r.measured_s) / r.measured_s, 0) + " %"});
+                row.insert(row.end(), {fixed(r.measured_s * 1e3, 3), fixed(r.measured_cast_s * 1e3, 3), fixed(100 * (r.predicted_s - r.measured_s) / r.measured_s, 0) + " %"});
             t.add(row);
         }
         t.print(std::cout);

@@ -314,7 +314,9 @@ private:
 double amp_cost(const Graph& g, const std::vector<bool>& low, const AmpContext& c, const AmpCosts& k) {
     JOULE_ASSERT(low.size() == g.num_nodes(), "amp_cost: one decision per node");
     double total = 0;
-    for (size_t i = 0; i < g.num_nodes(); ++i) total += k.node(NodeId(i), low[i] ? c.low : DType::F32);
+    bool mixed = false;
+    for (size_t i = 0; i < g.num_nodes(); ++i) total += k.node(NodeId(i), low[i] ? c.low : DType::F32), mixed = mixed || low[i];
+    if (mixed) total += k.mixed;
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
         if (!is_float(x.desc.dtype)) continue;
@@ -379,7 +381,9 @@ std::vector<bool> optimal_assignment(const Graph& g, const AmpContext& c, const 
     cut.run(s, t);
     std::vector<bool> low(n);
     for (size_t i = 0; i < n; ++i) low[i] = !cut.on_source_side(i) && !fixed[i];
-    return low;
+    // k.mixed is paid by every assignment but all-f32: the cut's optimum plus it, or all-f32
+    const std::vector<bool> off(n, false);
+    return amp_cost(g, off, c, k) <= amp_cost(g, low, c, k) ? off : low;
 }
 
 std::vector<bool> campo_assignment(const Graph& g, const AmpContext& c, const AmpCosts& costs) {
@@ -390,7 +394,7 @@ std::vector<bool> campo_assignment(const Graph& g, const AmpContext& c, const Am
                          if (v < 0) v = costs.node(n, t);
                          return v;
                      },
-                     costs.cast};
+                     costs.cast, costs.mixed};
     const std::vector<bool> fixed = amp_fixed_f32(g, c);
     std::vector<bool> x = greedy_assignment(g, c);
     double best = amp_cost(g, x, c, k);
@@ -417,6 +421,13 @@ std::vector<bool> amp_assignment(AmpPolicy p, const Graph& g, const AmpContext& 
         case AmpPolicy::Off: break;
     }
     return std::vector<bool>(g.num_nodes(), false);
+}
+
+double amp_mixed_cost(const TrainGraph& tg, DType low, const predict::DeviceModel& d) {
+    if (low != DType::F16) return 0;
+    double elements = 0;
+    for (const auto& [param, grad] : tg.param_grads) elements += double(tg.graph.tensor(grad).desc.numel());
+    return predict::loss_scaling_cost(elements, d).seconds;
 }
 
 Plan amp_backend_plan(const TrainGraph& tg, AmpPolicy p, const Backend& backend, const predict::DeviceModel* costs) {

@@ -19,9 +19,10 @@
 //             assignment, flip single nodes (f32 <-> low) while the predicted step time -- casts
 //             included -- falls, and keep the better of that and all-f32: a local optimum;
 //   optimal   the assignment of least predicted step time under a cost model (each node's time in f32
-//             and in low, each cast's time), exact: binary precision with cast costs shared by all the
-//             consumers of a tensor is a minimum s-t cut (a shared cast is a hyperedge, an auxiliary
-//             node per tensor and direction).
+//             and in low, each cast's time, f16's loss scaling), exact: binary precision with cast costs
+//             shared by all the consumers of a tensor is a minimum s-t cut (a shared cast is a
+//             hyperedge, an auxiliary node per tensor and direction); the loss scaling paid once by any
+//             mixed assignment is weighed by comparing the cut's optimum with all-f32.
 // Every policy keeps f32 master weights and optimizer state, the f32 loss, and never gives a node a
 // dtype `runs` refuses. Casts follow plan/passes' rules: a tensor is stored in its producer's compute
 // dtype (persistent tensors and f32-only outputs in f32; weight gradients of low GEMMs in f32, written
@@ -72,7 +73,11 @@ std::vector<bool> autocast_assignment(const Graph& g, const AmpContext& c);
 struct AmpCosts {
     std::function<double(NodeId, DType)> node;
     std::function<double(double elements, DType from, DType to)> cast;
+    double mixed = 0;  // paid once per step when any node is low: f16's loss scaling (amp_mixed_cost)
 };
+// What mixed precision in `low` costs a step of `tg` on `d` beyond its nodes and casts: dynamic loss
+// scaling for f16 (predict::loss_scaling_cost over every weight gradient), nothing for bf16.
+double amp_mixed_cost(const TrainGraph& tg, DType low, const predict::DeviceModel& d);
 // The predicted cost of an assignment: its nodes plus the casts plan/passes would insert.
 double amp_cost(const Graph& g, const std::vector<bool>& low, const AmpContext& c, const AmpCosts& k);
 std::vector<bool> campo_assignment(const Graph& g, const AmpContext& c, const AmpCosts& k);

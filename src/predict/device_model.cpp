@@ -186,6 +186,14 @@ Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, cons
     return cost_at(w, d, DType::F32, to, s);  // vector work: the f32 units, whatever the target
 }
 
+Cost loss_scaling_cost(double gradient_elements, const DeviceModel& d, const Setting& s) {
+    NodeWork w;
+    w.kind = OpKind::Mul;  // an element-wise pass, fused as the frameworks' multi-tensor kernels do
+    w.flops = 2 * gradient_elements;
+    w.bytes = 2 * gradient_elements * double(dtype_size(DType::F32));
+    return cost(w, d, DType::F32, s);
+}
+
 Cost transfer_cost(double bytes, const hw::LinkSpec& link) {
     Cost c;
     c.bytes = bytes;

@@ -109,6 +109,12 @@ Cost cost(const NodeWork& w, const DeviceModel& d, DType dtype, const Setting& s
 // one, write the other), and moving `bytes` over a link (latency + bytes / bandwidth; energy per byte).
 Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s = {});
 Cost transfer_cost(double bytes, const hw::LinkSpec& link);
+// f16 training's dynamic loss scaling, per step (PyTorch's GradScaler.unscale_, TF's
+// LossScaleOptimizer): one pass over the f32 weight gradients that unscales them and tests them for
+// inf/NaN -- each read and written once, a multiply and a compare per element. Scaling the loss and
+// updating the scale touch one element each and are not counted. bf16 keeps f32's exponent range and
+// needs none of it.
+Cost loss_scaling_cost(double gradient_elements, const DeviceModel& d, const Setting& s = {});
 
 // The dynamic power of work that took `seconds` (measured, or modelled) at `clock_mhz` (0: the
 // device's default): the power model above. The modelled meter uses it.
