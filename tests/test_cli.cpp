@@ -280,6 +280,37 @@ TEST(Cli, AmpComparesPoliciesAndWritesAPlanTrainRuns) {
     expect_failure("amp --net lenet5 --device turin-2vcpu --policy campo2", "--policy");
 }
 
+TEST(Cli, FpgaTunePicksAConfigurationPerNodeAndRefusesBadSettings) {
+    Result r = run("fpga-tune --device s10 --net resnet18 --batch 4 --image-size 32");
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"MODELLED", "layer1.0.conv1", "gemm ", "stream x", "GFLOPS/W", "distinct configurations", "reconfiguration"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    const auto j = run_json("fpga-tune --device u280 --net lenet5 --batch 8 --dtype bf16 --json");
+    EXPECT_EQ(j["schema"], "joule.fpga-tune/1");
+    EXPECT_EQ(j["timing"], "modelled");
+    EXPECT_EQ(j["host_nodes"], 2);  // the loss and its backward
+    double seconds = 0;
+    for (const auto& n : j["nodes"]) {
+        EXPECT_LE(n["dsp"].get<double>(), 9024) << n;
+        EXPECT_EQ(n["gflops_per_watt"].get<double>() > 0, n["gflops"].get<double>() > 0) << n;  // a reshape does no arithmetic
+        EXPECT_GT(n["watts"].get<double>(), 39.2) << n;                                          // static power and then some
+        if (n["kernel"] == "gemm") {
+            EXPECT_EQ(n["dtype"], "bf16") << n;
+        }
+        seconds += n["seconds"].get<double>();
+    }
+    EXPECT_NEAR(j["seconds"].get<double>(), seconds, 1e-12);
+    const auto capped = run_json("fpga-tune --device u280 --net lenet5 --batch 8 --power-limit 45 --json");
+    for (const auto& n : capped["nodes"]) EXPECT_LE(n["watts"].get<double>(), 45) << n;
+    expect_failure("fpga-tune --net lenet5", "--device is required");
+    expect_failure("fpga-tune --device v100 --net lenet5", "is a gpu, not an FPGA");
+    expect_failure("fpga-tune --device s10 --net lenet5 --clock 500", "clock 500 MHz is outside");
+    expect_failure("fpga-tune --device s10 --net lenet5 --clock 300 --power-limit 60", "--clock and --power-limit: give one");
+    expect_failure("fpga-tune --device s10 --net lenet5 --power-limit 30", "static power alone is 39.2 W");
+    expect_failure("fpga-tune --device s10 --net lenet5 --dtype f16", "--dtype");
+    expect_failure("fpga-tune --device s10 --net lenet5 --power-limit nan", "--power-limit");
+}
+
 TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {
     const std::string a = temp_path("cal_a.db"), b = temp_path("cal_b.db"), eff = temp_path("cal_ab.yaml");
     std::remove(a.c_str()), std::remove(b.c_str());
@@ -478,6 +509,7 @@ TEST(Cli, EveryJsonOutputNamesItsSchema) {
         {"profile --db " + db + " --report --json", "joule.profile/1"},
         {"probe --array-mib 1 --gemm-size 64 --repeats 1 --threads 1 --json", "joule.probe/1"},
         {"calibrate --db " + db + " --out " + eff + " --json" + hw, "joule.calibrate/1"},
+        {"fpga-tune --device de5 --net lenet5 --batch 2 --json", "joule.fpga-tune/1"},
     };
     for (const auto& [args, schema] : cases) {
         const auto j = run_json(args);

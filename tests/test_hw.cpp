@@ -93,6 +93,41 @@ TEST(DeviceSpec, RejectsEveryBadField) {
     test::expect_error([&] { load_device_spec(f.dir.string()); }, "it is a directory");
 }
 
+const std::string kFpga =
+    "version: 1\nname: f\nkind: fpga\ndsp_blocks: 1000\ndsp_per_f32_fma: 1\ndsp_per_bf16_mac: 0.5\nram_blocks: 2000\nram_block_kbit: 20\n"
+    "ram_port_bits: 40\nmem_bandwidth_gbps: 20\nclock_min_mhz: 200\nclock_max_mhz: 400\nclock_default_mhz: 300\ndsp_pj_per_cycle: 20\n"
+    "ram_pj_per_bit: 0.2\nmem_pj_per_byte: 100\nidle_w: 10\ntdp_w: 50\nhost_link: pcie3-x8\n"
+    "sources: {dsp_blocks: a, dsp_per_f32_fma: a, dsp_per_bf16_mac: a, ram_blocks: a, ram_block_kbit: a, ram_port_bits: a, mem_bandwidth_gbps: a, "
+    "clock_min_mhz: a, clock_max_mhz: a, clock_default_mhz: a, dsp_pj_per_cycle: a, ram_pj_per_bit: a, mem_pj_per_byte: a, idle_w: a, tdp_w: a}\n";
+
+TEST(DeviceSpec, AnFpgaHasAFabricAndDerivedPeaks) {
+    Folder f("fpga");
+    const DeviceSpec s = load_device_spec(f.put("f.yaml", kFpga));
+    EXPECT_EQ(s.fpga.dsp_blocks, 1000);
+    EXPECT_EQ(s.fpga.host_link, "pcie3-x8");
+    EXPECT_DOUBLE_EQ(s.peak_f32_gflops, 1000 * 2 * 0.4);  // DSPs / DSPs per FMA x 2 FLOP x the highest clock
+    EXPECT_DOUBLE_EQ(s.peak_bf16_gflops, 2000 * 2 * 0.4);
+    int i = 0;
+    auto bad = [&](const std::string& body, const std::string& message) {
+        const std::string path = f.put("b" + std::to_string(i++) + ".yaml", body);
+        test::expect_error([&] { load_device_spec(path); }, message);
+    };
+    auto without = [&](const std::string& key) {
+        std::string b = kFpga;
+        const size_t at = b.find("\n" + key + ":");
+        b.erase(at + 1, b.find('\n', at + 1) - at);
+        const size_t src = b.find(" " + key + ": a,");
+        return b.erase(src, key.size() + 5);
+    };
+    bad(without("ram_blocks"), "an FPGA spec needs 'ram_blocks'");
+    bad(without("dsp_pj_per_cycle"), "an FPGA spec needs 'dsp_pj_per_cycle'");
+    bad(kFpga + "peak_f32_gflops: 9\n", "an FPGA's peak is derived from its fabric");
+    bad(std::string(kFpga).insert(kFpga.find("sources: {") + 10, "uram_blocks: a, ") + "uram_blocks: 9\n", "UltraRAM needs 'uram_blocks', 'uram_block_kbit' and 'uram_port_bits'");
+    bad(std::string(kFpga).replace(kFpga.find("dsp_per_f32_fma: 1"), 18, "dsp_per_f32_fma: 0"), "'dsp_per_f32_fma' must be positive");
+    bad(with("dsp_blocks", "10"), "unknown key 'dsp_blocks' (an FPGA fabric key, and this is a gpu)");
+    bad(with("host_link", "pcie3-x8"), "unknown key 'host_link' (an FPGA fabric key, and this is a gpu)");
+}
+
 TEST(Catalogue, LinksSystemsAndAliases) {
     Folder f("catalogue");
     f.put("g.yaml", kGpu);
@@ -102,7 +137,8 @@ TEST(Catalogue, LinksSystemsAndAliases) {
     f.put("l.yaml", link);
     f.put("s.yaml", "version: 1\nname: s\nkind: system\naliases: [g+h]\ndevices: [gg, h]\nlinks:\n  - {between: [gg, hh], link: ll}\nnetwork: l\n");
     // the loader takes any device kind: an FPGA board in a system
-    f.put("f.yaml", with("name", "b").replace(kGpu.find("[gg]"), 4, "[s10x]").replace(kGpu.find("kind: gpu"), 9, "kind: fpga"));  // later offset first
+    const std::string board = std::string(kFpga).replace(kFpga.find("host_link: pcie3-x8"), 19, "host_link: ll").replace(kFpga.find("name: f"), 7, "name: b\naliases: [s10x]");
+    f.put("f.yaml", board);
     f.put("t.yaml", "version: 1\nname: t\nkind: system\naliases: [gg+s10x]\ndevices: [gg, s10x]\nlinks:\n  - {between: [gg, s10x], link: ll}\n");
     const Catalogue c = load_catalogue(f.dir.string());
     EXPECT_EQ(c.devices.size(), 3u);
@@ -137,6 +173,7 @@ TEST(Catalogue, LinksSystemsAndAliases) {
     broken("m.yaml", "version: 1\nname: m\nkind: link\nbandwidth_gbps: 20\nraw_bandwidth_gbps: 10\nlatency_us: 1\nenergy_pj_per_byte: 1\n"
                      "sources: {bandwidth_gbps: a, raw_bandwidth_gbps: a, latency_us: b, energy_pj_per_byte: c}\n", "exceeds raw_bandwidth_gbps");
     broken("x.yaml", "version: 1\nname: x\n", "missing key 'kind'");
+    broken("f.yaml", kFpga, "host_link 'pcie3-x8' is not a link in");
 }
 
 TEST(Catalogue, TheShippedFolderLoadsAndCoversTheIssueDevices) {
@@ -147,6 +184,15 @@ TEST(Catalogue, TheShippedFolderLoadsAndCoversTheIssueDevices) {
         EXPECT_GT(s.mem_bandwidth_gbps, 0) << d;
         EXPECT_GT(s.tdp_w, s.idle_w) << d;
         EXPECT_GT(s.onchip_kib, 0) << d;
+    }
+    for (const char* d : {"s10", "a10", "de5", "u250", "u280"}) {
+        const DeviceSpec& s = c.device(d);
+        EXPECT_EQ(s.kind, "fpga") << d;
+        EXPECT_GT(s.peak_f32_gflops, 0) << d;
+        EXPECT_GT(s.peak_bf16_gflops, s.peak_f32_gflops) << d;
+        EXPECT_GT(s.tdp_w, s.idle_w) << d;
+        EXPECT_GT(s.fpga.reconfig_ms, 0) << d;
+        EXPECT_GT(c.link(s.fpga.host_link).bandwidth_gbps, 0) << d;  // the board's host link is in the folder
     }
     for (const char* l : {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink4", "ib-hdr", "ib-ndr", "eth-100g", "eth-200g", "eth-400g"})
         EXPECT_GT(c.link(l).bandwidth_gbps, 0) << l;

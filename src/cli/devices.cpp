@@ -52,7 +52,8 @@ void add_devices(CLI::App& app) {
             t.add({hw::with_aliases(x.name, x.aliases), x.kind, tflops(x.peak_f32_gflops), tflops(x.peak_bf16_gflops), tflops(x.peak_f16_gflops),
                    fixed(x.mem_bandwidth_gbps, 0), x.mem_gib > 0 ? fixed(x.mem_gib, 0) + " GiB" : "-", bytes_str(x.onchip_kib * 1024),
                    fixed(x.idle_w, 0) + " / " + fixed(x.tdp_w, 0), range(x.power_limit_min_w, x.power_limit_max_w, "W"),
-                   range(x.clock_min_mhz, x.clock_max_mhz, "MHz"), x.efficiency.empty() ? "roofline" : "curves: " + x.efficiency});
+                   range(x.clock_min_mhz, x.clock_max_mhz, "MHz"),
+                   x.kind == "fpga" ? "kernel model (fpga-tune)" : x.efficiency.empty() ? "roofline" : "curves: " + x.efficiency});
         t.print(std::cout);
         std::cout << "\nlinks:\n";
         Table l({"link (aliases)", "GB/s per direction", "latency us", "pJ/byte"});

@@ -150,6 +150,11 @@ Catalogue load_catalogue(const std::string& dir) {
         claim(l.name, l.path);
         for (const std::string& a : l.aliases) claim(a, l.path);
     }
+    for (const DeviceSpec& d : c.devices)  // an FPGA board's host link is a link of the folder
+        if (!d.fpga.host_link.empty() && std::none_of(c.links.begin(), c.links.end(), [&](const LinkSpec& l) {
+                return l.name == d.fpga.host_link || std::find(l.aliases.begin(), l.aliases.end(), d.fpga.host_link) != l.aliases.end();
+            }))
+            throw Error(d.path + ": host_link '" + d.fpga.host_link + "' is not a link in " + dir, "name a link file's name or alias");
     for (SystemSpec& s : c.systems) {
         claim(s.name, s.path);
         for (const std::string& a : s.aliases) claim(a, s.path);

@@ -117,6 +117,16 @@ DeviceSpec load_device_spec(const std::string& path) try {
         throw Error(yaml_where(path, y["kind"]) + ": kind '" + s.kind + "' must be cpu, gpu or fpga" +
                     (s.kind == "link" || s.kind == "system" ? " (a " + s.kind + " file is read by the catalogue, not as a device)" : ""));
     double cores = 0;
+    const bool fpga = s.kind == "fpga";
+    FpgaFabric& f = s.fpga;
+    // an FPGA's fabric; its peaks are derived from it, never given
+    const Field fpga_fields[] = {{"dsp_blocks", &f.dsp_blocks},         {"dsp_per_f32_fma", &f.dsp_per_f32_fma},
+                                 {"dsp_per_bf16_mac", &f.dsp_per_bf16_mac}, {"ram_blocks", &f.ram_blocks},
+                                 {"ram_block_kbit", &f.ram_block_kbit}, {"ram_port_bits", &f.ram_port_bits},
+                                 {"uram_blocks", &f.uram_blocks},       {"uram_block_kbit", &f.uram_block_kbit},
+                                 {"uram_port_bits", &f.uram_port_bits}, {"mem_channels", &f.mem_channels},
+                                 {"dsp_pj_per_cycle", &f.dsp_pj_per_cycle}, {"ram_pj_per_bit", &f.ram_pj_per_bit},
+                                 {"reconfig_ms", &f.reconfig_ms}};
     const Field fields[] = {{"cores", &cores},
                             {"peak_f32_gflops", &s.peak_f32_gflops},
                             {"peak_bf16_gflops", &s.peak_bf16_gflops},
@@ -152,16 +162,49 @@ DeviceSpec load_device_spec(const std::string& path) try {
             need_source(key);
             continue;
         }
-        const Field* f = std::find_if(std::begin(fields), std::end(fields), [&](const Field& x) { return key == x.key; });
-        if (f == std::end(fields)) throw Error(yaml_where(path, it->first) + ": unknown key '" + key + "'");
-        *f->value = yaml_number(path, it->second, key);
+        if (key == "host_link" && fpga) {
+            if (!it->second.IsScalar()) throw Error(yaml_where(path, it->second) + ": 'host_link' must name a link (an alias in data/hw)");
+            f.host_link = it->second.as<std::string>();
+            continue;
+        }
+        const auto lookup = [&](const auto& table) -> double* {
+            for (const Field& x : table)
+                if (key == x.key) return x.value;
+            return nullptr;
+        };
+        double* value = lookup(fields);
+        if (!value && fpga) value = lookup(fpga_fields);
+        if (!value) {
+            const bool fabric = lookup(fpga_fields) || key == "host_link";
+            throw Error(yaml_where(path, it->first) + ": unknown key '" + key + "'" + (fabric ? " (an FPGA fabric key, and this is a " + s.kind + ")" : ""));
+        }
+        if (fpga && key.rfind("peak_", 0) == 0 && key.ends_with("_gflops"))
+            throw Error(yaml_where(path, it->first) + ": an FPGA's peak is derived from its fabric (dsp_blocks / dsp_per_f32_fma x 2 FLOP x clock); drop '" + key + "'");
+        *value = yaml_number(path, it->second, key);
         need_source(key);
+    }
+    if (fpga) {
+        for (const char* key : {"dsp_blocks", "dsp_per_f32_fma", "ram_blocks", "ram_block_kbit", "ram_port_bits", "mem_bandwidth_gbps", "clock_min_mhz",
+                                "clock_max_mhz", "dsp_pj_per_cycle", "ram_pj_per_bit", "mem_pj_per_byte", "idle_w", "tdp_w"})
+            if (!y[key]) throw Error(path + ": an FPGA spec needs '" + key + "'");
+        const bool uram = f.uram_blocks > 0 || f.uram_block_kbit > 0 || f.uram_port_bits > 0;
+        if (uram && (f.uram_blocks <= 0 || f.uram_block_kbit <= 0 || f.uram_port_bits <= 0))
+            throw Error(path + ": UltraRAM needs 'uram_blocks', 'uram_block_kbit' and 'uram_port_bits'");
+        for (const auto& [key, v] : {std::pair{"dsp_blocks", f.dsp_blocks}, std::pair{"dsp_per_f32_fma", f.dsp_per_f32_fma}, std::pair{"ram_blocks", f.ram_blocks},
+                                     std::pair{"ram_block_kbit", f.ram_block_kbit}, std::pair{"ram_port_bits", f.ram_port_bits}})
+            if (v <= 0) throw Error(yaml_where(path, y[key]) + ": '" + key + "' must be positive");
     }
     if (sources)
         for (auto it = sources.begin(); it != sources.end(); ++it)
             if (!y[it->first.as<std::string>()])
                 throw Error(yaml_where(path, it->first) + ": 'sources' cites '" + it->first.as<std::string>() + "', which the spec does not give");
     s.cores = int(cores);
+    if (fpga) {
+        const double peak_mhz = y["peak_clock_mhz"] ? s.peak_clock_mhz : s.clock_max_mhz;
+        s.peak_f32_gflops = f.dsp_blocks / f.dsp_per_f32_fma * 2 * peak_mhz * 1e-3;
+        if (f.dsp_per_bf16_mac > 0) s.peak_bf16_gflops = f.dsp_blocks / f.dsp_per_bf16_mac * 2 * peak_mhz * 1e-3;
+        if (s.onchip_kib == 0) s.onchip_kib = (f.ram_blocks * f.ram_block_kbit + f.uram_blocks * f.uram_block_kbit) / 8;  // all on-chip RAM
+    }
     if (s.power_limit_default_w == 0 && s.power_limit_max_w > 0)
         s.power_limit_default_w = s.tdp_w >= s.power_limit_min_w && s.tdp_w <= s.power_limit_max_w && s.tdp_w > 0 ? s.tdp_w : s.power_limit_max_w;
     if (s.clock_max_mhz > 0) {

@@ -21,6 +21,22 @@ struct VfPoint {
     double mhz = 0, volts = 0;
 };
 
+// An FPGA's fabric as its kernel model needs it (predict/fpga_model.hpp). Peak compute is derived from
+// it (DSP blocks per operator x 2 FLOP x clock), not given. Energy per action, as Accelergy counts it:
+// a DSP block's active cycle, a bit read from or written to on-chip RAM; off-chip bytes use
+// DeviceSpec::mem_pj_per_byte and static power DeviceSpec::idle_w.
+struct FpgaFabric {
+    double dsp_blocks = 0;
+    double dsp_per_f32_fma = 0;   // DSP blocks one pipelined FP32 multiply-add occupies (hard FP: 1)
+    double dsp_per_bf16_mac = 0;  // one bf16 x bf16 multiply accumulated in f32 (0: no reduced precision)
+    double ram_blocks = 0, ram_block_kbit = 0, ram_port_bits = 0;     // M20K / BRAM36: count, size, widest port
+    double uram_blocks = 0, uram_block_kbit = 0, uram_port_bits = 0;  // UltraRAM (Xilinx), 0: none
+    double mem_channels = 0;      // off-chip memory channels (bandwidth: DeviceSpec::mem_bandwidth_gbps)
+    double dsp_pj_per_cycle = 0, ram_pj_per_bit = 0;
+    double reconfig_ms = 0;       // loading another bitstream (a kernel configuration switch)
+    std::string host_link;        // data/hw link alias between the host and the board
+};
+
 struct DeviceSpec {
     std::string name, kind, match, path;  // kind: cpu | gpu | fpga; match: substring of the OS's model name
     std::vector<std::string> aliases;     // short names plans and flags use (`cuda:v100`, `--device v100`)
@@ -39,6 +55,7 @@ struct DeviceSpec {
     // the device runs at clock_default_mhz unless a setting says otherwise (default: peak_clock_mhz)
     double clock_min_mhz = 0, clock_max_mhz = 0, clock_default_mhz = 0, peak_clock_mhz = 0, clock_step_mhz = 0;
     std::vector<VfPoint> vf_curve;  // published voltage at clocks, increasing (empty: not published)
+    FpgaFabric fpga;                // kind fpga only
 
     double peak_gflops(DType t) const;  // throws Error when the spec has no figure for t
     bool has_peak(DType t) const;

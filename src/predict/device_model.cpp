@@ -6,6 +6,7 @@
 
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
+#include "predict/fpga_model.hpp"
 
 namespace joule::predict {
 
@@ -91,8 +92,48 @@ Cost cost_at(const NodeWork& w, const DeviceModel& d, DType peak_dtype, DType cu
 
 }  // namespace
 
+struct DeviceModel::FpgaCache {
+    std::map<std::string, TunedKernel> tuned;
+};
+
+namespace {
+
+// An FPGA node: the tuned kernel of its work at the setting (a limit: the fastest kernel under it).
+Cost fpga_cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
+    const hw::DeviceSpec& spec = d.spec();
+    const std::optional<FpgaWork> w = fpga_work(g, n, dtype);
+    if (!w)
+        throw Error("node '" + g.node(n).name + "' (" + op_name(g.node(n).kind) + ") has no FPGA kernel on " + spec.name,
+                    "it runs on the host; ask predict::fpga_runs() before costing a node on an FPGA");
+    if (s.power_limit_w < 0 || !std::isfinite(s.power_limit_w)) throw Error("a device setting must be a positive clock or power limit");
+    const double f = d.clock_mhz({0, s.clock_mhz}), limit = s.power_limit_w;
+    if (s.clock_mhz > 0 && limit > 0) throw Error("a device setting is a clock or a power limit, not both");
+    auto tuned = [&](double cap) -> const TunedKernel& {
+        std::ostringstream key;
+        key << int(w->kernel) << ' ' << int(w->dtype) << ' ' << w->element_bytes << ' ' << w->m << ' ' << w->n << ' ' << w->k << ' ' << w->groups << ' '
+            << w->a_bytes << ' ' << w->b_bytes << ' ' << w->c_bytes << ' ' << w->elements << ' ' << w->flops_per_element << ' ' << w->bytes << ' '
+            << w->flops << ' ' << f << ' ' << cap;
+        auto& cache = d.fpga_cache().tuned;
+        auto it = cache.find(key.str());
+        if (it == cache.end()) it = cache.emplace(key.str(), fpga_tune(*w, spec, f, cap)).first;
+        return it->second;
+    };
+    const TunedKernel& k = tuned(limit);
+    Cost c;
+    c.seconds = k.estimate.seconds;
+    c.joules = k.estimate.dynamic_joules;
+    c.bytes = k.estimate.offchip_bytes;
+    c.flops = w->flops;
+    c.roofline_s = roofline(w->flops, c.bytes, d.peak_flops(w->dtype, f), d.bandwidth()).seconds();
+    c.clock_mhz = f;
+    c.throttled = limit > 0 && k.estimate.seconds > tuned(0).estimate.seconds;
+    return c;
+}
+
+}  // namespace
+
 DeviceModel::DeviceModel(hw::DeviceSpec spec, std::optional<EfficiencyModel> efficiency, double share)
-    : spec_(std::move(spec)), efficiency_(std::move(efficiency)), share_(share) {
+    : spec_(std::move(spec)), efficiency_(std::move(efficiency)), fpga_cache_(std::make_shared<FpgaCache>()), share_(share) {
     if (spec_.peak_f32_gflops <= 0 || spec_.mem_bandwidth_gbps <= 0 || spec_.tdp_w <= 0)
         throw Error(spec_.path + ": the cost model of '" + spec_.name + "' needs peak_f32_gflops, mem_bandwidth_gbps and tdp_w");
     if (!(share_ > 0 && share_ <= 1)) throw Error("device share " + num(share_) + " must be in (0, 1]");
@@ -174,6 +215,7 @@ NodeWork node_work(const Graph& g, NodeId n, DType dtype, double capacity_bytes)
 Cost cost(const NodeWork& w, const DeviceModel& d, DType dtype, const Setting& s) { return cost_at(w, d, dtype, dtype, s); }
 
 Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
+    if (d.spec().kind == "fpga") return fpga_cost(g, n, d, dtype, s);
     const NodeWork w = node_work(g, n, dtype, d.capacity());
     // a cast node costs what cast_cost() says: vector work on the f32 units, whatever its target
     return w.kind == OpKind::Cast ? cost_at(w, d, DType::F32, dtype, s) : cost(w, d, dtype, s);

@@ -26,9 +26,17 @@
 // f, so the answer is a bisection), never below the minimum clock. A lower limit therefore never gives
 // less time or more power.
 //
+// FPGAs (kind fpga) answer through their kernel model (predict/fpga_model.hpp): a node costs what the
+// tuner's best configuration for its shape takes at the set clock, and under a power limit the fastest
+// configuration whose board power stays under it (a cooler kernel, not a lower clock: throttled then
+// says the limit cost time). A node without an FPGA kernel (softmax, losses, embeddings, ...) is an
+// Error; ask fpga_runs() first. Tuned kernels are cached per shape in the DeviceModel.
+//
 // DESIGN.md says why this is not a Backend method: planners cost devices this machine does not have.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -80,9 +88,14 @@ public:
     double memory_j_per_byte() const { return memory_j_per_byte_; }
     double voltage_scale(double clock_mhz) const;  // s(f) above
 
+    // FPGAs: the tuned kernel of a node's work, by a key of its shape and setting (fpga_model.cpp).
+    struct FpgaCache;
+    FpgaCache& fpga_cache() const { return *fpga_cache_; }
+
 private:
     hw::DeviceSpec spec_;
     std::optional<EfficiencyModel> efficiency_;
+    std::shared_ptr<FpgaCache> fpga_cache_;
     double share_ = 1, bandwidth_ = 0, core_w_ = 0, memory_j_per_byte_ = 0;
 };
 

@@ -1,0 +1,119 @@
+// `joule fpga-tune`: the FPGA kernel model's tuner over a net's training graph -- per node the best
+// feasible kernel configuration for its shape (input-adaptive), its resource use, predicted time,
+// GFLOP/s and GFLOPS/W, all MODELLED; and what switching configurations in graph order would add.
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/commands.hpp"
+#include "graph/error.hpp"
+#include "predict/fpga_model.hpp"
+#include "report/table.hpp"
+
+namespace joule::cli {
+
+namespace {
+
+struct FpgaTuneFlags {
+    NetOptions net;
+    std::string device;
+    double clock_mhz = 0, power_limit_w = 0;
+    bool json = false;
+};
+
+std::string percent(double used, double budget) { return budget > 0 ? fixed(100 * used / budget, 0) + " %" : "-"; }
+
+}  // namespace
+
+void add_fpga_tune(CLI::App& app) {
+    auto f = std::make_shared<FpgaTuneFlags>();
+    f->net.net = "resnet50", f->net.batch = 32, f->net.optimizer = "sgd";
+    auto* cmd = app.add_subcommand("fpga-tune", "pick the best FPGA kernel configuration for every node of a net that an FPGA runs (modelled)");
+    add_net_options(*cmd, f->net, false);
+    cmd->add_option("--device", f->device, "an FPGA of data/hw (name or alias: s10, a10, de5, u250, u280; joule devices lists them)")->required();
+    cmd->add_option("--clock", f->clock_mhz, "kernel clock in MHz (default: the device's typical kernel clock)")->check(positive_number());
+    cmd->add_option("--power-limit", f->power_limit_w, "board power cap in W: per node the fastest configuration under it")->check(positive_number());
+    cmd->add_flag("--json", f->json, "machine-readable output");
+    cmd->callback([f] {
+        if (f->clock_mhz > 0 && f->power_limit_w > 0) throw Error("--clock and --power-limit: give one", "a power cap picks kernels at the default clock");
+        const predict::DeviceModel d = predict::load_device_model(f->device);
+        const hw::DeviceSpec& spec = d.spec();
+        if (spec.kind != "fpga") throw Error("--device " + f->device + ": " + spec.name + " is a " + spec.kind + ", not an FPGA", "choose s10, a10, de5, u250 or u280");
+        const DType dtype = parse_dtype(f->net.dtype);
+        if (!d.has(dtype)) throw Error("--dtype " + f->net.dtype + ": " + spec.name + " has no " + f->net.dtype + " arithmetic");
+        const double clock = d.clock_mhz({0, f->clock_mhz});
+        const TrainGraph tg = train_graph_of(f->net);
+        const Graph& g = tg.graph;
+
+        struct Row {
+            NodeId node;
+            predict::TunedKernel tuned;
+        };
+        std::vector<Row> rows;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < g.num_nodes(); ++i) {
+            const NodeId n = NodeId(i);
+            // --dtype on the GEMMs (the DSP arrays), streams in f32
+            const auto w = predict::fpga_work(g, n, is_gemm_node(g, n) ? dtype : DType::F32);
+            if (!w) continue;
+            rows.push_back({n, predict::fpga_tune(*w, spec, clock, f->power_limit_w)});
+        }
+        const double tune_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double seconds = 0, joules = 0, flops = 0, switches_s = 0;
+        int switches = 0, candidates = 0;
+        std::set<std::string> configs;
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const predict::FpgaEstimate& e = rows[i].tuned.estimate;
+            seconds += e.seconds, joules += e.dynamic_joules + e.static_joules, flops += e.flops, candidates += rows[i].tuned.candidates;
+            configs.insert(rows[i].tuned.config.str());
+            if (i > 0) {
+                const double s = predict::fpga_switch_seconds(rows[i - 1].tuned, rows[i].tuned, spec);
+                switches_s += s, switches += s > 0;
+            }
+        }
+        const size_t host = g.num_nodes() - rows.size();
+        if (f->json) {
+            nlohmann::json nodes = nlohmann::json::array();
+            for (const Row& r : rows) {
+                const predict::FpgaEstimate& e = r.tuned.estimate;
+                const predict::FpgaConfig& c = r.tuned.config;
+                nodes.push_back({{"node", g.node(r.node).name}, {"op", op_name(g.node(r.node).kind)}, {"kernel", predict::fpga_kernel_name(c.kernel)},
+                                 {"config", c.str()}, {"pe", {c.pe_rows, c.pe_cols, c.vec}}, {"tile", {c.tile_m, c.tile_n, c.tile_k}},
+                                 {"double_buffer", c.double_buffer}, {"dtype", dtype_name(c.dtype)}, {"dsp", e.use.dsp}, {"ram_blocks", e.use.ram_blocks},
+                                 {"uram_blocks", e.use.uram_blocks}, {"seconds", e.seconds}, {"gflops", e.gflops()}, {"watts", e.watts()},
+                                 {"gflops_per_watt", e.gflops_per_watt()}, {"joules", e.dynamic_joules + e.static_joules}, {"candidates", r.tuned.candidates}});
+            }
+            std::cout << nlohmann::json{{"schema", "joule.fpga-tune/1"}, {"timing", "modelled"}, {"device", spec.name}, {"net", f->net.net}, {"batch", f->net.batch},
+                                        {"clock_mhz", clock}, {"power_limit_w", f->power_limit_w}, {"nodes", nodes}, {"host_nodes", host},
+                                        {"seconds", seconds}, {"joules", joules}, {"gflops", seconds > 0 ? flops / seconds * 1e-9 : 0},
+                                        {"gflops_per_watt", joules > 0 ? flops * 1e-9 / joules : 0}, {"configurations", configs.size()},
+                                        {"switches", switches}, {"switch_seconds", switches_s}, {"tune_seconds", tune_s}}
+                             .dump(2)
+                      << '\n';
+            return;
+        }
+        std::cout << "fpga-tune " << f->net.net << " batch " << f->net.batch << " on " << spec.name << " at " << fixed(clock, 0) << " MHz"
+                  << (f->power_limit_w > 0 ? ", board power under " + fixed(f->power_limit_w, 1) + " W" : "") << "; " << dtype_name(dtype)
+                  << " GEMMs; every figure is MODELLED (predict/fpga_model.hpp)\n"
+                  << "fabric: " << fixed(spec.fpga.dsp_blocks, 0) << " DSP, " << fixed(spec.fpga.ram_blocks, 0) << " RAM blocks"
+                  << (spec.fpga.uram_blocks > 0 ? ", " + fixed(spec.fpga.uram_blocks, 0) + " UltraRAM" : "") << ", " << fixed(spec.mem_bandwidth_gbps, 1)
+                  << " GB/s off-chip, static " << fixed(spec.idle_w, 1) << " W\n\n";
+        Table t({"node", "op", "configuration", "DSP", "RAM", "us", "GFLOP/s", "W", "GFLOPS/W"});
+        for (const Row& r : rows) {
+            const predict::FpgaEstimate& e = r.tuned.estimate;
+            t.add({g.node(r.node).name, op_name(g.node(r.node).kind), r.tuned.config.str(), percent(e.use.dsp, spec.fpga.dsp_blocks),
+                   percent(e.use.ram_blocks, spec.fpga.ram_blocks) + (e.use.uram_blocks > 0 ? " +U" + percent(e.use.uram_blocks, spec.fpga.uram_blocks) : ""),
+                   fixed(e.seconds * 1e6, 1), fixed(e.gflops(), 1), fixed(e.watts(), 1), fixed(e.gflops_per_watt(), 2)});
+        }
+        t.print(std::cout);
+        std::cout << "\n" << rows.size() << " nodes on the FPGA (" << host << " host-only: softmax, losses, embeddings, layer norm, dropout, transposes, slices), "
+                  << configs.size() << " distinct configurations, " << candidates << " estimated in " << fixed(tune_s * 1e3, 1) << " ms\n"
+                  << "sum of node times " << fixed(seconds * 1e3, 2) << " ms, " << fixed(joules, 3) << " J (static included): " << fixed(flops / seconds * 1e-9, 1)
+                  << " GFLOP/s, " << fixed(flops * 1e-9 / joules, 2) << " GFLOPS/W\n"
+                  << "in graph order the kernels switch " << switches << " times where two configurations do not fit one bitstream: +"
+                  << fixed(switches_s, 2) << " s of reconfiguration (" << fixed(spec.fpga.reconfig_ms, 0) << " ms each) -- a schedule's cost, not a node's\n";
+    });
+}
+
+}  // namespace joule::cli
