@@ -309,6 +309,35 @@ TEST(Cli, FpgaTunePicksAConfigurationPerNodeAndRefusesBadSettings) {
     expect_failure("fpga-tune --device s10 --net lenet5 --power-limit 30", "static power alone is 39.2 W");
     expect_failure("fpga-tune --device s10 --net lenet5 --dtype f16", "--dtype");
     expect_failure("fpga-tune --device s10 --net lenet5 --power-limit nan", "--power-limit");
+    expect_failure("fpga-tune --device s10 --gemm 64x0x64", "--gemm '64x0x64': '0' is not a dimension");
+    expect_failure("fpga-tune --device s10 --gemm 64x64", "--gemm '64x64': expected three dimensions");
+    const auto g = run_json("fpga-tune --device s10 --gemm 4096x4096x4096 --clock 273 --json");
+    ASSERT_EQ(g["nodes"].size(), 1u);
+    EXPECT_GT(g["gflops"].get<double>(), 500);
+    const auto fwd = run_json("fpga-tune --device a10 --net lenet5 --batch 4 --forward --json");
+    EXPECT_EQ(fwd["forward_only"], true);
+    for (const auto& n : fwd["nodes"]) EXPECT_EQ(n["node"].get<std::string>().find(".bwd"), std::string::npos) << n;
+    // commands that model a whole net on one device send FPGAs to fpga-tune
+    for (const char* c : {"predict --net lenet5 --device s10", "amp --net lenet5 --device s10"}) expect_failure(c, "is an FPGA, which runs part of a net");
+}
+
+TEST(Cli, TrainRunsAPlanWithLayersOnTheEmulatedFpga) {
+    const auto inspect = run_json("inspect lenet5 --batch 8 --optimizer sgd --json");
+    const std::string plan = temp_path("fpga.plan.yaml");
+    std::ofstream(plan) << "version: 1\ngraph: {model: lenet5, batch: 8, fingerprint: \"" << inspect["fingerprint"].get<std::string>()
+                        << "\"}\nentries:\n  - {layer: \"conv*\", device: \"fpga_emu:s10\"}\n  - {layer: fc3, device: \"fpga_emu:u280\"}\n";
+    const auto j = run_json("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --threads 1 --plan " + plan + " --json");
+    ASSERT_EQ(j["devices"].size(), 3u) << j["devices"];
+    for (const auto& d : j["devices"]) {
+        EXPECT_EQ(d["timing"], d["device"] == "cpu" ? "measured" : "modelled") << d;
+        EXPECT_GT(d["seconds"].get<double>(), 0) << d;
+    }
+    EXPECT_EQ(j["timing"], "measured and modelled");
+    EXPECT_GT(j["transfers"].get<int>(), 0);
+    // the loss stays on the host: an FPGA has no kernel for it
+    std::ofstream(plan) << "version: 1\ngraph: {model: lenet5, batch: 8, fingerprint: \"" << inspect["fingerprint"].get<std::string>()
+                        << "\"}\nentries:\n  - {layer: loss, device: \"fpga_emu:s10\"}\n";
+    expect_failure("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --plan " + plan, "no FPGA kernel for SoftmaxCrossEntropy");
 }
 
 TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {

@@ -196,6 +196,11 @@ TEST(Catalogue, TheShippedFolderLoadsAndCoversTheIssueDevices) {
     }
     for (const char* l : {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink4", "ib-hdr", "ib-ndr", "eth-100g", "eth-200g", "eth-400g"})
         EXPECT_GT(c.link(l).bandwidth_gbps, 0) << l;
+    for (const char* sys : {"cpu+v100+s10", "cpu+k40+de5"}) {  // Hype-training's and CNNLab's machines: an FPGA beside a GPU
+        const SystemSpec& x = c.system(sys);
+        EXPECT_EQ(c.device(x.devices[2]).kind, "fpga") << sys;
+        EXPECT_NE(c.link_between(x, x.devices[0], x.devices[2]), nullptr) << sys;
+    }
     const SystemSpec& s = c.system("cpu+v100");
     ASSERT_NE(c.link_between(s, "gold6148", "v100"), nullptr);
     EXPECT_EQ(find_device_spec("v100").name, "gpu-nvidia-v100-sxm2");

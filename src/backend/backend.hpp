@@ -40,6 +40,8 @@ public:
     // Emulated devices: the modelled seconds of the last run (the wall time of run() is then CPU time
     // spent emulating, reported apart). Devices that really run: nullopt, the executor measures.
     virtual std::optional<double> modelled_seconds() const { return std::nullopt; }
+    // ... and its modelled energy above the device's idle power (joules), when modelled_seconds() is set.
+    virtual double modelled_joules() const { return 0; }
 };
 
 class Backend {

@@ -1,6 +1,9 @@
 #include "backend/registry.hpp"
 
 #include "backend/cpu/cpu_backend.hpp"
+#ifdef JOULE_HAVE_FPGA_EMU
+#include "backend/fpga_emu/fpga_emu_backend.hpp"
+#endif
 #include "backend/reference/reference_backend.hpp"
 #include "graph/error.hpp"
 
@@ -22,7 +25,11 @@ const Entry kBackends[] = {
          return std::make_unique<ReferenceBackend>(d);
      }},
     {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", nullptr},
-    {"fpga_emu", false, "this build has no emulated FPGA backend yet (plans naming it can be analysed, not trained)", nullptr},
+#ifdef JOULE_HAVE_FPGA_EMU
+    {"fpga_emu", true, "", [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> { return std::make_unique<FpgaEmuBackend>(d); }},
+#else
+    {"fpga_emu", false, "this build has no emulated FPGA backend (configure with -DJOULE_ENABLE_FPGA_EMU=ON)", nullptr},
+#endif
 };
 
 const Entry* find(const std::string& backend) {

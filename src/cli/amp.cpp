@@ -51,7 +51,7 @@ void add_amp(CLI::App& app) {
     cmd->callback([f] {
         if (!f->out.empty() && f->policy.empty()) throw Error("--out writes one policy's plan", "add --policy off|greedy|autocast|campo|optimal");
         const bool here = f->device.empty();
-        const predict::DeviceModel d = predict::load_device_model(here ? hw::find_cpu_spec().path : f->device);
+        const predict::DeviceModel d = load_whole_net_device(here ? hw::find_cpu_spec().path : f->device);
         const hw::DeviceSpec& spec = d.spec();
         const predict::EfficiencyModel* eff = d.efficiency();
         const bool cpu = spec.kind == "cpu";  // then the plans run on this machine's cpu backend too

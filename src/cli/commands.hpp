@@ -56,6 +56,9 @@ OptimizerConfig optimizer_of(const NetOptions& o);
 // What a modelled device computes in a dtype: every op it has the dtype for, but f32-only ops and
 // embeddings (the table stays f32). `d` must outlive the function.
 RunsInDtype modelled_runs(const predict::DeviceModel& d);
+// A device that runs a whole net (predict, amp, profile --device): its model, or an Error for an FPGA,
+// which runs part of one (no kernel for losses, softmax, ...) -- fpga-tune and plans are for those.
+predict::DeviceModel load_whole_net_device(const std::string& name_alias_or_path, const std::string& flag = "--device");
 // Error when the lowered net's tensor memory (its memory plan) exceeds a device's memory (0: unknown).
 void check_fits(const LoweredGraph& lg, const NetOptions& o, double memory_bytes, const std::string& device);
 

@@ -2,9 +2,11 @@
 // feasible kernel configuration for its shape (input-adaptive), its resource use, predicted time,
 // GFLOP/s and GFLOPS/W, all MODELLED; and what switching configurations in graph order would add.
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
@@ -17,10 +19,35 @@ namespace {
 
 struct FpgaTuneFlags {
     NetOptions net;
-    std::string device;
+    std::string device, gemm;
     double clock_mhz = 0, power_limit_w = 0;
-    bool json = false;
+    bool forward = false, json = false;
 };
+
+// --gemm MxNxK: one f32/bf16 GEMM of that size, as a benchmark (HPCC's SGEMM) would run it.
+predict::FpgaWork gemm_work(const std::string& text, DType dtype) {
+    std::vector<double> d;
+    std::string part;
+    std::stringstream in(text);
+    while (std::getline(in, part, 'x')) {
+        size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(part, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != part.size() || !(v >= 1) || v != std::floor(v) || v > 1e7) throw Error("--gemm '" + text + "': '" + part + "' is not a dimension", "write MxNxK, e.g. 4096x4096x4096");
+        d.push_back(v);
+    }
+    if (d.size() != 3) throw Error("--gemm '" + text + "': expected three dimensions", "write MxNxK, e.g. 4096x4096x4096");
+    predict::FpgaWork w;
+    w.kernel = predict::FpgaKernel::Gemm, w.dtype = dtype, w.element_bytes = double(dtype_size(dtype));
+    w.m = d[0], w.n = d[1], w.k = d[2];
+    w.a_bytes = w.m * w.k * w.element_bytes, w.b_bytes = w.k * w.n * w.element_bytes, w.c_bytes = w.m * w.n * w.element_bytes;
+    w.flops = 2 * w.m * w.n * w.k;
+    return w;
+}
 
 std::string percent(double used, double budget) { return budget > 0 ? fixed(100 * used / budget, 0) + " %" : "-"; }
 
@@ -34,6 +61,8 @@ void add_fpga_tune(CLI::App& app) {
     cmd->add_option("--device", f->device, "an FPGA of data/hw (name or alias: s10, a10, de5, u250, u280; joule devices lists them)")->required();
     cmd->add_option("--clock", f->clock_mhz, "kernel clock in MHz (default: the device's typical kernel clock)")->check(positive_number());
     cmd->add_option("--power-limit", f->power_limit_w, "board power cap in W: per node the fastest configuration under it")->check(positive_number());
+    cmd->add_option("--gemm", f->gemm, "tune one GEMM MxNxK instead of a net (e.g. 4096x4096x4096, HPCC's SGEMM)");
+    cmd->add_flag("--forward", f->forward, "inference: the forward nodes only (no loss, backward or update)");
     cmd->add_flag("--json", f->json, "machine-readable output");
     cmd->callback([f] {
         if (f->clock_mhz > 0 && f->power_limit_w > 0) throw Error("--clock and --power-limit: give one", "a power cap picks kernels at the default clock");
@@ -43,21 +72,29 @@ void add_fpga_tune(CLI::App& app) {
         const DType dtype = parse_dtype(f->net.dtype);
         if (!d.has(dtype)) throw Error("--dtype " + f->net.dtype + ": " + spec.name + " has no " + f->net.dtype + " arithmetic");
         const double clock = d.clock_mhz({0, f->clock_mhz});
-        const TrainGraph tg = train_graph_of(f->net);
-        const Graph& g = tg.graph;
+        Graph one;  // --gemm: one node, named for the table
+        TrainGraph tg;
+        if (f->gemm.empty()) tg = train_graph_of(f->net);
+        const Graph& g = f->gemm.empty() ? tg.graph : one;
 
         struct Row {
-            NodeId node;
+            std::string name, op;
             predict::TunedKernel tuned;
         };
         std::vector<Row> rows;
+        size_t host = 0;
         const auto t0 = std::chrono::steady_clock::now();
+        if (!f->gemm.empty()) rows.push_back({"gemm " + f->gemm, "GEMM", predict::fpga_tune(gemm_work(f->gemm, dtype), spec, clock, f->power_limit_w)});
         for (size_t i = 0; i < g.num_nodes(); ++i) {
             const NodeId n = NodeId(i);
+            if (f->forward && g.node(n).phase != Phase::Forward) continue;
             // --dtype on the GEMMs (the DSP arrays), streams in f32
             const auto w = predict::fpga_work(g, n, is_gemm_node(g, n) ? dtype : DType::F32);
-            if (!w) continue;
-            rows.push_back({n, predict::fpga_tune(*w, spec, clock, f->power_limit_w)});
+            if (!w) {
+                ++host;
+                continue;
+            }
+            rows.push_back({g.node(n).name, op_name(g.node(n).kind), predict::fpga_tune(*w, spec, clock, f->power_limit_w)});
         }
         const double tune_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         double seconds = 0, joules = 0, flops = 0, switches_s = 0;
@@ -72,19 +109,19 @@ void add_fpga_tune(CLI::App& app) {
                 switches_s += s, switches += s > 0;
             }
         }
-        const size_t host = g.num_nodes() - rows.size();
         if (f->json) {
             nlohmann::json nodes = nlohmann::json::array();
             for (const Row& r : rows) {
                 const predict::FpgaEstimate& e = r.tuned.estimate;
                 const predict::FpgaConfig& c = r.tuned.config;
-                nodes.push_back({{"node", g.node(r.node).name}, {"op", op_name(g.node(r.node).kind)}, {"kernel", predict::fpga_kernel_name(c.kernel)},
+                nodes.push_back({{"node", r.name}, {"op", r.op}, {"kernel", predict::fpga_kernel_name(c.kernel)},
                                  {"config", c.str()}, {"pe", {c.pe_rows, c.pe_cols, c.vec}}, {"tile", {c.tile_m, c.tile_n, c.tile_k}},
                                  {"double_buffer", c.double_buffer}, {"dtype", dtype_name(c.dtype)}, {"dsp", e.use.dsp}, {"ram_blocks", e.use.ram_blocks},
                                  {"uram_blocks", e.use.uram_blocks}, {"seconds", e.seconds}, {"gflops", e.gflops()}, {"watts", e.watts()},
                                  {"gflops_per_watt", e.gflops_per_watt()}, {"joules", e.dynamic_joules + e.static_joules}, {"candidates", r.tuned.candidates}});
             }
-            std::cout << nlohmann::json{{"schema", "joule.fpga-tune/1"}, {"timing", "modelled"}, {"device", spec.name}, {"net", f->net.net}, {"batch", f->net.batch},
+            std::cout << nlohmann::json{{"schema", "joule.fpga-tune/1"}, {"timing", "modelled"}, {"device", spec.name}, {"net", f->gemm.empty() ? f->net.net : "gemm " + f->gemm},
+                                        {"batch", f->net.batch}, {"forward_only", f->forward},
                                         {"clock_mhz", clock}, {"power_limit_w", f->power_limit_w}, {"nodes", nodes}, {"host_nodes", host},
                                         {"seconds", seconds}, {"joules", joules}, {"gflops", seconds > 0 ? flops / seconds * 1e-9 : 0},
                                         {"gflops_per_watt", joules > 0 ? flops * 1e-9 / joules : 0}, {"configurations", configs.size()},
@@ -93,7 +130,7 @@ void add_fpga_tune(CLI::App& app) {
                       << '\n';
             return;
         }
-        std::cout << "fpga-tune " << f->net.net << " batch " << f->net.batch << " on " << spec.name << " at " << fixed(clock, 0) << " MHz"
+        std::cout << "fpga-tune " << (f->gemm.empty() ? f->net.net + " batch " + std::to_string(f->net.batch) + (f->forward ? " (forward only)" : "") : "GEMM " + f->gemm) << " on " << spec.name << " at " << fixed(clock, 0) << " MHz"
                   << (f->power_limit_w > 0 ? ", board power under " + fixed(f->power_limit_w, 1) + " W" : "") << "; " << dtype_name(dtype)
                   << " GEMMs; every figure is MODELLED (predict/fpga_model.hpp)\n"
                   << "fabric: " << fixed(spec.fpga.dsp_blocks, 0) << " DSP, " << fixed(spec.fpga.ram_blocks, 0) << " RAM blocks"
@@ -102,7 +139,7 @@ void add_fpga_tune(CLI::App& app) {
         Table t({"node", "op", "configuration", "DSP", "RAM", "us", "GFLOP/s", "W", "GFLOPS/W"});
         for (const Row& r : rows) {
             const predict::FpgaEstimate& e = r.tuned.estimate;
-            t.add({g.node(r.node).name, op_name(g.node(r.node).kind), r.tuned.config.str(), percent(e.use.dsp, spec.fpga.dsp_blocks),
+            t.add({r.name, r.op, r.tuned.config.str(), percent(e.use.dsp, spec.fpga.dsp_blocks),
                    percent(e.use.ram_blocks, spec.fpga.ram_blocks) + (e.use.uram_blocks > 0 ? " +U" + percent(e.use.uram_blocks, spec.fpga.uram_blocks) : ""),
                    fixed(e.seconds * 1e6, 1), fixed(e.gflops(), 1), fixed(e.watts(), 1), fixed(e.gflops_per_watt(), 2)});
         }

@@ -22,6 +22,14 @@ TrainGraph train_graph_of(const NetOptions& o) {
 
 OptimizerConfig optimizer_of(const NetOptions& o) { return o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f); }
 
+predict::DeviceModel load_whole_net_device(const std::string& name, const std::string& flag) {
+    predict::DeviceModel d = predict::load_device_model(name);
+    if (d.spec().kind == "fpga")
+        throw Error(flag + " " + name + ": " + d.spec().name + " is an FPGA, which runs part of a net (no kernel for the loss, softmax, embeddings, ...)",
+                    "joule fpga-tune --device " + name + " --net NET models the nodes it runs; a plan (fpga_emu:" + name + ") puts the rest on the host");
+    return d;
+}
+
 RunsInDtype modelled_runs(const predict::DeviceModel& d) {
     return [&d](const Graph& g, NodeId n, DType t) {
         const OpKind k = g.node(n).kind;

@@ -44,7 +44,7 @@ void add_predict(CLI::App& app) {
     cmd->add_option("--clock", f->clock, "core clock in MHz for the whole iteration (default: the device's)")->check(positive_number())->excludes(limit);
     cmd->add_flag("--json", f->json, "machine-readable output (with every layer)");
     cmd->callback([f] {
-        const predict::DeviceModel d = predict::load_device_model(f->device);
+        const predict::DeviceModel d = load_whole_net_device(f->device);
         const hw::DeviceSpec& spec = d.spec();
         const DType dtype = parse_dtype(f->net.dtype);
         if (!d.has(dtype))

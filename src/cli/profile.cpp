@@ -153,7 +153,7 @@ void add_profile(CLI::App& app) {
     cmd->add_option("--device", f->device, "also model each configuration on this data/hw device (name, alias or path; joule devices lists them)");
     cmd->callback([f, cmd] {
         std::optional<predict::DeviceModel> there_device;  // checked before a sweep runs
-        if (!f->device.empty()) there_device = predict::load_device_model(f->device);
+        if (!f->device.empty()) there_device = load_whole_net_device(f->device);
         std::unique_ptr<profile::Store> store;  // opened for writing by a sweep, read-only by --report
         std::string filter;
         if (!f->report) {

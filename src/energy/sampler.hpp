@@ -59,6 +59,7 @@ struct NodeSpan {
     double start, end;
     int16_t device = 0;
     bool emulated = false;
+    double modelled_seconds = 0, modelled_joules = 0;  // emulated: the device's modelled time and energy above idle
 };
 
 struct Attribution {

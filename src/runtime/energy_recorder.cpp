@@ -45,8 +45,10 @@ EnergyResult EnergyRecorder::finish(const Graph& g) {
                                                     : energy::attribute_modelled(g, spans, *choice_.model);
         std::vector<double> j(g.num_nodes(), 0.0), s(g.num_nodes(), 0.0);
         for (size_t i = 0; i < spans.size(); ++i) {
-            if (spans[i].emulated) {  // host energy spent emulating another device: no node's own
+            if (spans[i].emulated) {  // host energy spent emulating another device; the node's own is the device model's
                 r.emulation_joules += a.node_joules[i];
+                j[size_t(spans[i].node)] += spans[i].modelled_joules;
+                s[size_t(spans[i].node)] += spans[i].modelled_seconds;
                 continue;
             }
             j[size_t(spans[i].node)] += a.node_joules[i];

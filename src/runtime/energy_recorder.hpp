@@ -31,9 +31,11 @@ struct EnergyResult {
     energy::MeterKind kind = energy::MeterKind::Modelled;
     int64_t steps = 0;
     double idle_w = 0;
-    std::vector<double> node_joules;   // per node id, summed over steps (above idle; 0 for nodes on emulated devices)
-    std::vector<double> node_seconds;  // per node id, summed over steps
-    double idle_joules = 0, total_joules = 0, seconds = 0;  // over the steps
+    // per node id, summed over steps: above idle, measured (or the host's model) -- but for nodes on an
+    // emulated device, that device's modelled energy and time (kernel model), which are in no host total
+    std::vector<double> node_joules;
+    std::vector<double> node_seconds;
+    double idle_joules = 0, total_joules = 0, seconds = 0;  // over the steps: the host's
     double emulation_joules = 0;  // host energy above idle while emulating modelled devices (in total, in no node)
     std::vector<std::vector<double>> step_node_joules, step_node_seconds;  // [step][node id]
     std::vector<double> step_total_joules, step_idle_joules, step_seconds;  // [step]

@@ -137,8 +137,8 @@ void Executor::run(NodeId begin, NodeId end, const RunContext& ctx) {
         }
         ++runs_[k];
         if (spans_)
-            spans_->push_back({n, std::chrono::duration<double>(t0.time_since_epoch()).count(),
-                               std::chrono::duration<double>(t1.time_since_epoch()).count(), node_device_[k], modelled.has_value()});
+            spans_->push_back({n, std::chrono::duration<double>(t0.time_since_epoch()).count(), std::chrono::duration<double>(t1.time_since_epoch()).count(),
+                               node_device_[k], modelled.has_value(), modelled.value_or(0), modelled ? kernels_[k]->modelled_joules() : 0});
     }
 }
 

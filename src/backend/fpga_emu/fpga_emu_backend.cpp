@@ -1,0 +1,65 @@
+#include "backend/fpga_emu/fpga_emu_backend.hpp"
+
+#include "graph/error.hpp"
+#include "predict/device_model.hpp"
+
+namespace joule {
+
+namespace {
+
+// A functional kernel whose time and energy are the kernel model's (or the host link's, for a transfer).
+class Emulated : public Kernel {
+public:
+    Emulated(std::unique_ptr<Kernel> k, double seconds, double joules) : k_(std::move(k)), seconds_(seconds), joules_(joules) {}
+    void run(const RunContext& ctx) override { k_->run(ctx); }
+    std::optional<double> modelled_seconds() const override { return seconds_; }
+    double modelled_joules() const override { return joules_; }
+
+private:
+    std::unique_ptr<Kernel> k_;
+    double seconds_, joules_;
+};
+
+hw::DeviceSpec fpga_spec(const std::string& device) {
+    const size_t colon = device.find(':');  // "fpga_emu:SPEC" (the registry checked the form)
+    const std::string spec = colon == std::string::npos ? "" : device.substr(colon + 1);
+    if (spec.empty()) throw Error("device '" + device + "': the emulated FPGA needs a spec", "e.g. fpga_emu:s10 (joule devices lists the FPGAs)");
+    hw::DeviceSpec s = hw::find_device_spec(spec);
+    if (s.kind != "fpga") throw Error("device '" + device + "': " + s.name + " is a " + s.kind + ", not an FPGA", "choose s10, a10, de5, u250 or u280");
+    return s;
+}
+
+bool gemm_op(OpKind k) {
+    return k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::ConvBackwardWeights || k == OpKind::Linear ||
+           k == OpKind::LinearBackwardData || k == OpKind::LinearBackwardWeights || k == OpKind::MatMul;
+}
+
+}  // namespace
+
+FpgaEmuBackend::FpgaEmuBackend(std::string device)
+    : device_(std::move(device)), spec_(fpga_spec(device_)), host_link_(hw::load_catalogue().link(spec_.fpga.host_link)), functional_(device_) {}
+
+Support FpgaEmuBackend::supports(const Graph& g, NodeId id) const {
+    const Node& n = g.node(id);
+    if (n.kind != OpKind::Transfer && !predict::fpga_runs(n.kind))
+        return {false, std::string("no FPGA kernel for ") + op_name(n.kind) + " (it runs on the host)"};
+    if (n.compute == DType::BF16 && spec_.fpga.dsp_per_bf16_mac <= 0) return {false, spec_.name + " has no bf16 arithmetic"};
+    return functional_.supports(g, id);  // the dtype contract: f32 or bf16 operands, f32 losses and updates
+}
+
+std::unique_ptr<Kernel> FpgaEmuBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs, const std::vector<void*>& outputs) {
+    const Node& n = g.node(id);
+    const Support s = supports(g, id);
+    if (!s.ok) throw Error("op '" + n.name + "' (" + op_name(n.kind) + ") on " + device_ + ": " + s.reason);
+    if (n.kind == OpKind::Transfer) {  // into the board over its host link
+        const double bytes = double(g.tensor(n.outputs[0]).desc.bytes());
+        const predict::Cost c = predict::transfer_cost(bytes, host_link_);
+        return std::make_unique<Emulated>(functional_.prepare(g, id, inputs, outputs), c.seconds, c.joules);
+    }
+    const std::optional<predict::FpgaWork> w = predict::fpga_work(g, id, n.compute);
+    const predict::TunedKernel t = predict::fpga_tune(*w, spec_);
+    std::unique_ptr<Kernel> k = gemm_op(n.kind) ? fpga_emu::make_gemm(g, id, inputs, outputs, t.config) : functional_.prepare(g, id, inputs, outputs);
+    return std::make_unique<Emulated>(std::move(k), t.estimate.seconds, t.estimate.dynamic_joules);
+}
+
+}  // namespace joule
