@@ -22,6 +22,7 @@ sweep default.db --net lenet5,resnet18,mobilenet_v2,bert-tiny
 sweep px32.db --net resnet18,mobilenet_v2 --image-size 32
 sweep seq32.db --net bert-tiny --seq-len 32
 sweep seq256.db --net bert-tiny --seq-len 256
-# --overhead: joule probe's per-node dispatch time on this machine
+# --overhead: joule probe's per-node dispatch time on this machine; --traffic cold: the curves serve the cost
+# interface (joule amp, predict, the modelled meter), which costs each node alone from a cold buffer
 "$J" calibrate --db "$OUT/default.db" --db "$OUT/px32.db" --db "$OUT/seq32.db" --db "$OUT/seq256.db" \
-    --image-size 0,32,0,0 --seq-len 128,128,32,256 --device xeon6-2vcpu --overhead 1.42us --out "$OUT/curves.yaml"
+    --image-size 0,32,0,0 --seq-len 128,128,32,256 --device xeon6-2vcpu --overhead 1.42us --traffic cold --out "$OUT/curves.yaml"

@@ -116,11 +116,13 @@ TEST(Efficiency, SaveLoadRoundTrip) {
     EfficiencyModel m = fit_efficiency(known_samples(gemm, stream));
     m.hardware = {2 << 20, 50e9, 300e9, 600e9, 4e-6};
     m.fitted_from = "test: 2 kinds";
+    m.traffic = "cold";
     const std::string path = temp_file("round.yaml");
     save_efficiency(m, path);
     const EfficiencyModel l = load_efficiency(path);
     EXPECT_EQ(l.path, path);
     EXPECT_EQ(l.fitted_from, m.fitted_from);
+    EXPECT_EQ(l.traffic, "cold");
     EXPECT_DOUBLE_EQ(l.hardware.capacity_bytes, 2 << 20);
     EXPECT_DOUBLE_EQ(l.hardware.bandwidth_bytes_per_s, 50e9);
     EXPECT_DOUBLE_EQ(l.hardware.peak_bf16_flops, 600e9);
@@ -154,6 +156,8 @@ TEST(Efficiency, LoadNamesWhatIsWrong) {
     test::expect_error([&] { load_efficiency(temp_file("g.yaml", head + "  Linear: {fixed_s: 0, compute_scale: 1, memory_scale: 1, half_m: 4}\n")); },
                        "kind 'Linear' needs 'half_n'");
     test::expect_error([&] { load_efficiency(temp_file("y.yaml", "version: [1\n")); }, "invalid YAML");
+    test::expect_error([&] { load_efficiency(temp_file("t.yaml", "version: 1\nkind: efficiency\ntraffic: warm\n" + good_hw + "kinds:\n  Add: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
+                       "t.yaml:3: 'traffic' must be in-context or cold, not 'warm'");
     // a misspelt op kind, or a suffix calibrate never writes, names the kind, file and line
     test::expect_error([&] { load_efficiency(temp_file("o.yaml", head + "  Add: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n  Conv2D: {fixed_s: 0, compute_scale: 1, memory_scale: 1}\n")); },
                        "o.yaml:6: unknown op kind 'Conv2D'");

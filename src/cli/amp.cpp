@@ -78,12 +78,8 @@ void add_amp(CLI::App& app) {
             const LoweredGraph lg = lower(TrainGraph(tg), r.plan);
             r.casts = lg.casts;
             if (r.low > 0) r.predicted_s += k.mixed;  // f16's loss scaling
-            for (size_t i = 0; i < lg.train.graph.num_nodes(); ++i) {
-                const NodeId n = NodeId(i);
-                const predict::Cost cost = predict::cost(lg.train.graph, n, d, lg.train.graph.node(n).compute);
-                r.predicted_s += cost.seconds;
-                if (lg.train.graph.node(n).kind == OpKind::Cast) r.cast_bytes += cost.bytes, r.predicted_cast_s += cost.seconds;
-            }
+            const predict::GraphCost cost = predict::graph_cost(lg.train.graph, d);
+            r.predicted_s += cost.total.seconds, r.cast_bytes = cost.cast_bytes, r.predicted_cast_s = cost.cast_seconds;
             if (f->measure > 0) {
                 TrainOptions o;
                 o.net = f->net.net, o.dataset = "synthetic", o.batch = f->net.batch, o.image_size = f->net.image_size, o.seq_len = f->net.seq_len;

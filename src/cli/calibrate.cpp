@@ -22,6 +22,7 @@ struct CalibrateFlags {
     int threads = 0;
     std::vector<int64_t> image_sizes = {0};
     std::vector<int64_t> seq_lens = {128};
+    std::string traffic = "in-context";
     bool json = false;
 };
 
@@ -42,6 +43,11 @@ void add_calibrate(CLI::App& app) {
         ->delimiter(',')
         ->capture_default_str()
         ->check(number_in(1, 4096));
+    cmd->add_option("--traffic", f->traffic,
+                    "the memory term to fit against: in-context (the memory model's traffic within the iteration, for joule analyze) or cold (each "
+                    "node alone from a cold buffer, as the cost interface behind predict, amp and the modelled meter sees it)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"in-context", "cold"}));
     add_hardware_options(*cmd, f->hw, false);
     cmd->add_flag("--json", f->json, "machine-readable summary on stdout");
     cmd->callback([f] {
@@ -68,7 +74,7 @@ void add_calibrate(CLI::App& app) {
         for (size_t d = 0; d < f->dbs.size(); ++d) {
             const std::string& path = f->dbs[d];
             if (!std::filesystem::exists(path)) throw Error("--db " + path + ": no such database", "run joule profile --db " + path + " first");
-            o.threads = f->threads, o.image_size = image_size_of(d), o.seq_len = seq_len_of(d);
+            o.threads = f->threads, o.image_size = image_size_of(d), o.seq_len = seq_len_of(d), o.cold_traffic = f->traffic == "cold";
             const profile::Store db(path, profile::Store::Mode::ReadOnly);
             const profile::CalibrationSet part = profile::calibration_samples(db, hw.config, o);
             for (size_t i = 0; i < part.configs.size(); ++i) {
@@ -84,6 +90,7 @@ void add_calibrate(CLI::App& app) {
         predict::EfficiencyModel model = predict::fit_efficiency(set.samples);
         const predict::MemoryConfig& c = hw.config;
         model.hardware = {c.capacity_bytes, c.bandwidth_bytes_per_s, c.peak_f32_flops, c.peak_bf16_flops, c.node_overhead_s};
+        model.traffic = f->traffic;
         model.fitted_from = from + ": " + std::to_string(set.configs.size()) + " configurations, threads " + std::to_string(set.configs.front().key.threads) +
                             (o.exclude.empty() ? "" : ", excluding " + f->exclude);
         predict::save_efficiency(model, f->out);

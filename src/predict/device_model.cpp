@@ -111,7 +111,7 @@ Cost fpga_cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, cons
     auto tuned = [&](double cap) -> const TunedKernel& {
         std::ostringstream key;
         key << int(w->kernel) << ' ' << int(w->dtype) << ' ' << w->element_bytes << ' ' << w->m << ' ' << w->n << ' ' << w->k << ' ' << w->groups << ' '
-            << w->a_bytes << ' ' << w->b_bytes << ' ' << w->c_bytes << ' ' << w->elements << ' ' << w->flops_per_element << ' ' << w->bytes << ' '
+            << w->a_bytes << ' ' << w->b_bytes << ' ' << w->c_bytes << ' ' << w->elements << ' ' << w->flops_per_element << ' ' << w->passes << ' ' << w->bytes << ' '
             << w->flops << ' ' << f << ' ' << cap;
         auto& cache = d.fpga_cache().tuned;
         auto it = cache.find(key.str());
@@ -219,6 +219,17 @@ Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Set
     const NodeWork w = node_work(g, n, dtype, d.capacity());
     // a cast node costs what cast_cost() says: vector work on the f32 units, whatever its target
     return w.kind == OpKind::Cast ? cost_at(w, d, DType::F32, dtype, s) : cost(w, d, dtype, s);
+}
+
+GraphCost graph_cost(const Graph& g, const DeviceModel& d, const Setting& s) {
+    GraphCost r;
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const NodeId n = NodeId(i);
+        const Cost c = cost(g, n, d, g.node(n).compute, s);
+        r.total.seconds += c.seconds, r.total.joules += c.joules, r.total.bytes += c.bytes, r.total.flops += c.flops, r.total.roofline_s += c.roofline_s;
+        if (g.node(n).kind == OpKind::Cast) r.cast_seconds += c.seconds, r.cast_bytes += c.bytes;
+    }
+    return r;
 }
 
 Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s) {

@@ -118,6 +118,14 @@ struct NodeWork {
 NodeWork node_work(const Graph& g, NodeId n, DType dtype, double capacity_bytes);
 Cost cost(const NodeWork& w, const DeviceModel& d, DType dtype, const Setting& s = {});
 
+// Every node of a graph on one device in its compute dtype, summed (a sequential step of a lowered
+// graph): seconds, dynamic joules, bytes, FLOPs; its Cast nodes' part apart.
+struct GraphCost {
+    Cost total;
+    double cast_seconds = 0, cast_bytes = 0;
+};
+GraphCost graph_cost(const Graph& g, const DeviceModel& d, const Setting& s = {});
+
 // Converting `elements` values from one dtype to another on a device (an element-wise pass: read
 // one, write the other), and moving `bytes` over a link (latency + bytes / bandwidth; energy per byte).
 Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s = {});

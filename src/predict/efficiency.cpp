@@ -234,6 +234,7 @@ void save_efficiency(const EfficiencyModel& m, const std::string& path) {
     y.SetDoublePrecision(9);
     y << YAML::BeginMap << YAML::Key << "version" << YAML::Value << 1 << YAML::Key << "kind" << YAML::Value << "efficiency";
     y << YAML::Key << "fitted_from" << YAML::Value << m.fitted_from;
+    y << YAML::Key << "traffic" << YAML::Value << m.traffic;
     y << YAML::Key << "hardware" << YAML::Value << YAML::BeginMap;
     y << YAML::Key << "capacity_bytes" << YAML::Value << m.hardware.capacity_bytes;
     y << YAML::Key << "bandwidth_bytes_per_s" << YAML::Value << m.hardware.bandwidth_bytes_per_s;
@@ -291,6 +292,10 @@ EfficiencyModel load_efficiency(const std::string& path) try {
     EfficiencyModel m;
     m.path = path;
     if (y["fitted_from"]) m.fitted_from = y["fitted_from"].as<std::string>();
+    if (y["traffic"]) {
+        m.traffic = y["traffic"].as<std::string>();
+        if (m.traffic != "in-context" && m.traffic != "cold") throw Error(at(y["traffic"]) + ": 'traffic' must be in-context or cold, not '" + m.traffic + "'");
+    }
     const YAML::Node hw = y["hardware"];
     if (!hw || !hw.IsMap()) throw Error(path + ": missing 'hardware' map (the roofline the scales are relative to)");
     struct Field {

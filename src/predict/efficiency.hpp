@@ -52,6 +52,11 @@ struct EfficiencyModel {
     std::map<std::string, KindEfficiency> kinds;
     CalibrationHardware hardware;
     std::string fitted_from;  // what the records were (database, configurations)
+    // The memory term the scales were fitted against: "in-context" (the memory model's traffic within the
+    // iteration: joule analyze) or "cold" (each node alone from a cold buffer: the cost interface's,
+    // predict::cost); `joule calibrate --traffic` chooses. A file applied to the other term still works,
+    // but small, cache-resident nodes are then over- (cold on in-context) or under-predicted.
+    std::string traffic = "in-context";
     std::string path;         // the file it was loaded from, if any
     std::map<std::string, std::string> sources;  // per kind: the published figures it was set from (files not fitted here)
     const KindEfficiency* find(const std::string& key) const;

@@ -162,8 +162,7 @@ FpgaEstimate stream_estimate(const FpgaWork& w, const FpgaConfig& c, const hw::D
     const FpgaUse u = place({{kBurstPerLane * lanes, bits, lanes, 2 * db}}, d.fpga);  // an input and an output burst buffer
     e.use.ram_blocks = u.ram_blocks, e.use.uram_blocks = u.uram_blocks;
     check_budget(e, d);
-    const double passes = std::max(1.0, std::round(w.bytes / (w.elements * w.element_bytes * 2)));  // at least read + write
-    const double busy = std::ceil(w.elements / lanes) * std::min(passes, 2.0);
+    const double busy = std::ceil(w.elements / lanes) * w.passes;
     const double memory = w.bytes / (d.mem_bandwidth_gbps * 1e9 / (e.clock_mhz * 1e6));
     const double depth = kStreamDepth + kBurstPerLane;
     e.cycles = (c.double_buffer ? std::max(busy, memory) : busy + memory) + depth;
@@ -205,8 +204,8 @@ std::optional<FpgaWork> fpga_work(const Graph& g, NodeId id, DType dtype) {
     for (TensorId t : n.inputs) bytes += numel(t), w.elements = std::max(w.elements, numel(t));
     for (TensorId t : n.outputs) bytes += numel(t), w.elements = std::max(w.elements, numel(t));
     // batch norm reads its input (and, backward, the incoming gradient) a second time after the statistics pass
-    if (n.kind == OpKind::BatchNorm2d) bytes += numel(n.inputs[0]);
-    if (n.kind == OpKind::BatchNormBackward) bytes += numel(n.inputs[0]) + numel(n.inputs[1]);
+    if (n.kind == OpKind::BatchNorm2d) bytes += numel(n.inputs[0]), w.passes = 2;
+    if (n.kind == OpKind::BatchNormBackward) bytes += numel(n.inputs[0]) + numel(n.inputs[1]), w.passes = 2;
     w.bytes = bytes * w.element_bytes;
     if (n.kind == OpKind::Cast)  // reads one dtype, writes another
         w.bytes = numel(n.inputs[0]) * double(dtype_size(g.tensor(n.inputs[0]).desc.dtype)) + numel(n.outputs[0]) * double(dtype_size(g.tensor(n.outputs[0]).desc.dtype));

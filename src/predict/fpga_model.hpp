@@ -60,8 +60,9 @@ struct FpgaWork {
     // GEMM: per group; the operand bytes are the whole tensors (all groups)
     double m = 0, n = 0, k = 0, groups = 1;
     double a_bytes = 0, b_bytes = 0, c_bytes = 0;
-    // Stream: elements of the largest tensor, FLOPs per element, off-chip bytes (all passes)
-    double elements = 0, flops_per_element = 0, bytes = 0;
+    // Stream: elements of the largest tensor, FLOPs per element, passes over them (batch norm's
+    // statistics, then its normalisation: 2), off-chip bytes (all passes)
+    double elements = 0, flops_per_element = 0, passes = 1, bytes = 0;
     double flops = 0;                // the node's FLOPs (graph/cost)
 };
 // The FPGA work of node n in `dtype`; nullopt when no FPGA kernel runs the op (softmax, layer norm,

@@ -47,10 +47,8 @@ DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict
             e.why_not = d.spec().name + " has no " + dtype_name(g.node(NodeId(i)).compute) + " path";
             return e;
         }
-    for (size_t i = 0; i < g.num_nodes(); ++i) {
-        const predict::Cost k = predict::cost(g, NodeId(i), d, g.node(NodeId(i)).compute);
-        e.step_s += k.seconds, e.dynamic_j += k.joules;
-    }
+    const predict::Cost k = predict::graph_cost(g, d).total;
+    e.step_s = k.seconds, e.dynamic_j = k.joules;
     e.idle_j = d.idle_w() * e.step_s;
     e.ok = true;
     return e;
@@ -87,18 +85,23 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
         const std::vector<NodeRecord> rec = check_rebuilt(db, c, g);
         const predict::IterationPrediction p = predict::predict_iteration(g, hw);
         set.first_sample.push_back(set.samples.size());
-        set.roofline_s.push_back(p.time_s);
+        double roofline = o.cold_traffic ? 0 : p.time_s;
         for (size_t i = 0; i < rec.size(); ++i) {
             const predict::NodePrediction& np = p.nodes[i];
             predict::EfficiencySample s;
             s.key = predict::efficiency_key(g, NodeId(i));
             s.compute_s = np.compute_s, s.memory_s = np.memory_s;
+            if (o.cold_traffic) {  // the node alone from a cold buffer, as predict::cost sees it
+                s.memory_s = predict::cold_traffic(g, NodeId(i), g.node(NodeId(i)).compute, hw.capacity_bytes).bytes() / hw.bandwidth_bytes_per_s;
+                roofline += std::max(s.compute_s, s.memory_s) + hw.node_overhead_s;
+            }
             predict::GemmShape gs;
             if (predict::gemm_shape(g, NodeId(i), &gs)) s.m = gs.m, s.n = gs.n, s.k = gs.k;
             s.measured_s = rec[i].time_s;
             s.step_s = c.step_s;
             set.samples.push_back(s);
         }
+        set.roofline_s.push_back(roofline);
         set.configs.push_back(c);
     }
     if (set.configs.empty())

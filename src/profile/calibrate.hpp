@@ -22,6 +22,7 @@ struct CalibrationOptions {
     std::vector<std::string> exclude;  // "net" or "net:batch", left out (held out for validation)
     int threads = 0;                   // 0: the one thread count the store holds (several: an error)
     int64_t image_size = 0, seq_len = 128;  // as the sweep was run
+    bool cold_traffic = false;  // fit against each node's cold-buffer traffic (the cost interface's), not the iteration's
 };
 
 struct CalibrationSet {
