@@ -311,6 +311,7 @@ TEST(Cli, FpgaTunePicksAConfigurationPerNodeAndRefusesBadSettings) {
     expect_failure("fpga-tune --device s10 --net lenet5 --power-limit nan", "--power-limit");
     expect_failure("fpga-tune --device s10 --gemm 64x0x64", "--gemm '64x0x64': '0' is not a dimension");
     expect_failure("fpga-tune --device s10 --gemm 64x64", "--gemm '64x64': expected three dimensions");
+    expect_failure("fpga-tune --device s10 --gemm 64x64x64 --net resnet50", "--net excludes --gemm");
     const auto g = run_json("fpga-tune --device s10 --gemm 4096x4096x4096 --clock 273 --json");
     ASSERT_EQ(g["nodes"].size(), 1u);
     EXPECT_GT(g["gflops"].get<double>(), 500);
@@ -358,7 +359,10 @@ TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {
     const std::string c = temp_path("cal_c.db");
     std::remove(c.c_str());
     ASSERT_EQ(run("profile --db " + c + " --net bert-tiny --batch 1 --threads 1 --iters 1 --warmup 0 --meter modelled --seq-len 16" + std::string(kSpec)).code, 0);
-    const auto k = run_json("calibrate --db " + a + " --db " + c + " --seq-len 128,16 --out " + eff + hw + " --json");
+    const auto k = run_json("calibrate --db " + a + " --db " + c + " --seq-len 128,16 --traffic cold --out " + eff + hw + " --json");
+    std::ifstream written(eff);
+    EXPECT_NE(std::string(std::istreambuf_iterator<char>(written), {}).find("traffic: cold"), std::string::npos);
+    expect_failure("calibrate --db " + a + " --traffic warm" + hw, "--traffic");
     ASSERT_EQ(k["configs"].size(), 2u);
     EXPECT_EQ(k["configs"][1]["net"], "bert-tiny");
     EXPECT_EQ(k["configs"][1]["seq_len"], 16);
@@ -560,6 +564,10 @@ TEST(Cli, BadInputsFailClearly) {
     expect_failure("train --momentum 0.5", "--momentum applies to --optimizer sgd only");
     expect_failure("train --threads x", "--threads");
     expect_failure("train --dtype-scope some", "--dtype-scope");
+    expect_failure("train --amp greedy --plan p.yaml", "--plan excludes --amp");
+    expect_failure("train --amp greedy --dtype bf16", "excludes --amp");
+    expect_failure("train --amp fastest", "--amp: fastest not in {off,greedy,autocast,campo,optimal}");
+    expect_failure("profile --dtype-scope most --report", "--dtype-scope: most not in {gemm,all}");
     expect_failure("train --net vgg16 --dataset synthetic --batch 4096 --steps 1", "MiB of tensor memory but this machine has");
     expect_failure("inspect", "net is required");
     expect_failure("inspect nope", "unknown network 'nope'");

@@ -61,8 +61,10 @@ void add_fpga_tune(CLI::App& app) {
     cmd->add_option("--device", f->device, "an FPGA of data/hw (name or alias: s10, a10, de5, u250, u280; joule devices lists them)")->required();
     cmd->add_option("--clock", f->clock_mhz, "kernel clock in MHz (default: the device's typical kernel clock)")->check(positive_number());
     cmd->add_option("--power-limit", f->power_limit_w, "board power cap in W: per node the fastest configuration under it")->check(positive_number());
-    cmd->add_option("--gemm", f->gemm, "tune one GEMM MxNxK instead of a net (e.g. 4096x4096x4096, HPCC's SGEMM)");
-    cmd->add_flag("--forward", f->forward, "inference: the forward nodes only (no loss, backward or update)");
+    auto* gemm = cmd->add_option("--gemm", f->gemm, "tune one GEMM MxNxK instead of a net (e.g. 4096x4096x4096, HPCC's SGEMM)");
+    auto* forward = cmd->add_flag("--forward", f->forward, "inference: the forward nodes only (no loss, backward or update)");
+    for (const char* o : {"--net", "--batch", "--image-size", "--seq-len", "--optimizer"}) gemm->excludes(cmd->get_option(o));
+    gemm->excludes(forward);
     cmd->add_flag("--json", f->json, "machine-readable output");
     cmd->callback([f] {
         if (f->clock_mhz > 0 && f->power_limit_w > 0) throw Error("--clock and --power-limit: give one", "a power cap picks kernels at the default clock");
@@ -72,10 +74,9 @@ void add_fpga_tune(CLI::App& app) {
         const DType dtype = parse_dtype(f->net.dtype);
         if (!d.has(dtype)) throw Error("--dtype " + f->net.dtype + ": " + spec.name + " has no " + f->net.dtype + " arithmetic");
         const double clock = d.clock_mhz({0, f->clock_mhz});
-        Graph one;  // --gemm: one node, named for the table
-        TrainGraph tg;
+        TrainGraph tg;  // --gemm: none
         if (f->gemm.empty()) tg = train_graph_of(f->net);
-        const Graph& g = f->gemm.empty() ? tg.graph : one;
+        const Graph& g = tg.graph;
 
         struct Row {
             std::string name, op;

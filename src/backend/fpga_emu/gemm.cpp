@@ -94,14 +94,27 @@ private:
 
 struct Conv {
     int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, Og, groups, s0, s1, p0, p1, d0, d1;
-    // input row/column of output position (oh, kh), or -1 for padding
-    int64_t ih(int64_t oh, int64_t kh) const {
-        const int64_t v = oh * s0 - p0 + kh * d0;
-        return v >= 0 && v < H ? v : -1;
+    struct Pos {
+        int64_t n, h, w;
+    };
+    struct Tap {
+        int64_t c, kh, kw;  // (c, kh, kw) of a weight row, or (o, kh, kw) backward-data
+    };
+    Pos out_pos(int64_t m) const { return {m / (OW * OH), (m / OW) % OH, m % OW}; }  // GEMM row -> output pixel
+    Pos in_pos(int64_t m) const { return {m / (W * H), (m / W) % H, m % W}; }        // GEMM row -> input pixel
+    Tap tap(int64_t k) const { return {k / (KW * KH), (k / KW) % KH, k % KW}; }
+    // The input element tap t of output pixel p reads in group g (0 where it falls on padding): what a
+    // line buffer hands the PE array.
+    float window(const Buf& x, int64_t g, Pos p, Tap t) const {
+        const int64_t ih = p.h * s0 - p0 + t.kh * d0, iw = p.w * s1 - p1 + t.kw * d1;
+        return ih < 0 || ih >= H || iw < 0 || iw >= W ? 0.0f : x.get(x.at(p.n, g * Cg + t.c, ih, iw));
     }
-    int64_t iw(int64_t ow, int64_t kw) const {
-        const int64_t v = ow * s1 - p1 + kw * d1;
-        return v >= 0 && v < W ? v : -1;
+    // The output-gradient element that tap t (over output channels) sends to input pixel p (0 where
+    // no output pixel reads p through it: strides and borders).
+    float scatter(const Buf& dy, int64_t g, Pos p, Tap t) const {
+        const int64_t hh = p.h + p0 - t.kh * d0, ww = p.w + p1 - t.kw * d1;
+        if (hh < 0 || ww < 0 || hh % s0 || ww % s1 || hh / s0 >= OH || ww / s1 >= OW) return 0.0f;
+        return dy.get(dy.at(p.n, g * Og + t.c, hh / s0, ww / s1));
     }
 };
 
@@ -120,17 +133,11 @@ std::unique_ptr<Kernel> conv(const reference::Op& op, const Tiling& t) {
             return std::make_unique<GemmKernel>([=] {
                 const int64_t K = v.Cg * v.KH * v.KW;
                 tiled_gemm(
-                    t, v.groups, v.N * v.OH * v.OW, v.Og, K,
-                    [&](int64_t g, int64_t m, int64_t k) {
-                        const int64_t ow = m % v.OW, oh = (m / v.OW) % v.OH, n = m / (v.OW * v.OH);
-                        const int64_t kw = k % v.KW, kh = (k / v.KW) % v.KH, c = k / (v.KW * v.KH);
-                        const int64_t ih = v.ih(oh, kh), iw = v.iw(ow, kw);
-                        return ih < 0 || iw < 0 ? 0.0f : x.get(x.at(n, g * v.Cg + c, ih, iw));
-                    },
+                    t, v.groups, v.N * v.OH * v.OW, v.Og, K, [&](int64_t g, int64_t m, int64_t k) { return v.window(x, g, v.out_pos(m), v.tap(k)); },
                     [&](int64_t g, int64_t k, int64_t o) { return w.get((g * v.Og + o) * K + k); },
                     [&](int64_t g, int64_t m, int64_t o, float acc) {
-                        const int64_t ow = m % v.OW, oh = (m / v.OW) % v.OH, n = m / (v.OW * v.OH);
-                        y.set(y.at(n, g * v.Og + o, oh, ow), double(acc) + (at.bias ? double(bias.get(g * v.Og + o)) : 0.0));
+                        const Conv::Pos p = v.out_pos(m);
+                        y.set(y.at(p.n, g * v.Og + o, p.h, p.w), double(acc) + (at.bias ? double(bias.get(g * v.Og + o)) : 0.0));
                     });
             });
         }
@@ -139,21 +146,14 @@ std::unique_ptr<Kernel> conv(const reference::Op& op, const Tiling& t) {
             const Conv v = conv_of(at, dx.desc, w.desc, dy.desc);
             return std::make_unique<GemmKernel>([=] {
                 tiled_gemm(
-                    t, v.groups, v.N * v.H * v.W, v.Cg, v.Og * v.KH * v.KW,
-                    [&](int64_t g, int64_t m, int64_t k) {
-                        const int64_t iw = m % v.W, ih = (m / v.W) % v.H, n = m / (v.W * v.H);
-                        const int64_t kw = k % v.KW, kh = (k / v.KW) % v.KH, o = k / (v.KW * v.KH);
-                        const int64_t hh = ih + v.p0 - kh * v.d0, ww = iw + v.p1 - kw * v.d1;
-                        if (hh < 0 || ww < 0 || hh % v.s0 || ww % v.s1 || hh / v.s0 >= v.OH || ww / v.s1 >= v.OW) return 0.0f;
-                        return dy.get(dy.at(n, g * v.Og + o, hh / v.s0, ww / v.s1));
-                    },
+                    t, v.groups, v.N * v.H * v.W, v.Cg, v.Og * v.KH * v.KW, [&](int64_t g, int64_t m, int64_t k) { return v.scatter(dy, g, v.in_pos(m), v.tap(k)); },
                     [&](int64_t g, int64_t k, int64_t c) {
-                        const int64_t kw = k % v.KW, kh = (k / v.KW) % v.KH, o = k / (v.KW * v.KH);
-                        return w.get(w.at(g * v.Og + o, c, kh, kw));
+                        const Conv::Tap p = v.tap(k);
+                        return w.get(w.at(g * v.Og + p.c, c, p.kh, p.kw));
                     },
                     [&](int64_t g, int64_t m, int64_t c, float acc) {
-                        const int64_t iw = m % v.W, ih = (m / v.W) % v.H, n = m / (v.W * v.H);
-                        dx.set(dx.at(n, g * v.Cg + c, ih, iw), acc);
+                        const Conv::Pos p = v.in_pos(m);
+                        dx.set(dx.at(p.n, g * v.Cg + c, p.h, p.w), acc);
                     });
             });
         }
@@ -166,15 +166,10 @@ std::unique_ptr<Kernel> conv(const reference::Op& op, const Tiling& t) {
                 tiled_gemm(
                     t, v.groups, v.Og, Kw, v.N * v.OH * v.OW,
                     [&](int64_t g, int64_t o, int64_t k) {
-                        const int64_t ow = k % v.OW, oh = (k / v.OW) % v.OH, n = k / (v.OW * v.OH);
-                        return dy.get(dy.at(n, g * v.Og + o, oh, ow));
+                        const Conv::Pos p = v.out_pos(k);
+                        return dy.get(dy.at(p.n, g * v.Og + o, p.h, p.w));
                     },
-                    [&](int64_t g, int64_t k, int64_t j) {
-                        const int64_t ow = k % v.OW, oh = (k / v.OW) % v.OH, n = k / (v.OW * v.OH);
-                        const int64_t kw = j % v.KW, kh = (j / v.KW) % v.KH, c = j / (v.KW * v.KH);
-                        const int64_t ih = v.ih(oh, kh), iw = v.iw(ow, kw);
-                        return ih < 0 || iw < 0 ? 0.0f : x.get(x.at(n, g * v.Cg + c, ih, iw));
-                    },
+                    [&](int64_t g, int64_t k, int64_t j) { return v.window(x, g, v.out_pos(k), v.tap(j)); },
                     [&](int64_t g, int64_t o, int64_t j, float acc) { dw.set((g * v.Og + o) * Kw + j, acc); });
                 if (!at.bias) return;
                 // the bias gradient: a stream reduction of dY per output channel
