@@ -341,6 +341,29 @@ TEST(Cli, TrainRunsAPlanWithLayersOnTheEmulatedFpga) {
     expect_failure("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --plan " + plan, "no FPGA kernel for SoftmaxCrossEntropy");
 }
 
+TEST(Cli, PlanSimulatesTheSingleDeviceBaselinesOnASystem) {
+    Result r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10");
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"MODELLED", "single:cpu", "single:cuda:v100", "single:fpga_emu:s10", "FPGA switches"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    const auto j = run_json("plan --net lenet5 --batch 8 --system cpu+k40+de5 --json");
+    EXPECT_EQ(j["schema"], "joule.plan/1");
+    ASSERT_EQ(j["plans"].size(), 3u);
+    for (const auto& p : j["plans"]) {
+        EXPECT_NEAR(p["joules"].get<double>(), p["dynamic_joules"].get<double>() + p["idle_joules"].get<double>() + p["transfer_joules"].get<double>(), 1e-9) << p;
+        EXPECT_GT(p["seconds"].get<double>(), 0) << p;
+    }
+    // the FPGA baseline's plan trains: its GEMMs and streams emulated, the loss on the host
+    const std::string plan = temp_path("single.plan.yaml");
+    ASSERT_EQ(run("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy single:fpga_emu:s10 --out " + plan).code, 0);
+    const auto t = run_json("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --threads 1 --plan " + plan + " --json");
+    EXPECT_EQ(t["timing"], "measured and modelled");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy energy", "joule plans single-device baselines so far");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy single:cuda:a100", "which system system-gold6148-v100-s10 does not have");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --out " + plan, "--out writes one strategy's plan");
+    expect_failure("plan --net lenet5 --system cpu+tpu", "cpu+tpu");
+    expect_failure("plan --net lenet5", "--system is required");
+}
+
 TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {
     const std::string a = temp_path("cal_a.db"), b = temp_path("cal_b.db"), eff = temp_path("cal_ab.yaml");
     std::remove(a.c_str()), std::remove(b.c_str());

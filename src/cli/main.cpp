@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
     joule::cli::add_predict(app);
     joule::cli::add_amp(app);
     joule::cli::add_fpga_tune(app);
+    joule::cli::add_plan(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
