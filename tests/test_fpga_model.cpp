@@ -165,6 +165,9 @@ TEST(FpgaModel, TheCostInterfaceAnswersForAnFpgaThroughTheTuner) {
         const TunedKernel t = fpga_tune(*fpga_work(tg.graph, n, DType::F32), s10.spec());
         EXPECT_EQ(c.seconds, t.estimate.seconds);
         EXPECT_EQ(c.joules, t.estimate.dynamic_joules);
+        const TunedKernel& k = fpga_kernel(tg.graph, n, s10, DType::F32);  // the kernel cost() charged, cached
+        EXPECT_EQ(k.config, t.config);
+        EXPECT_EQ(&k, &fpga_kernel(tg.graph, n, s10, DType::F32));
         EXPECT_GE(c.seconds, c.roofline_s * (1 - 1e-12));
         EXPECT_EQ(c.clock_mhz, 300);
         // a lower clock is never faster; a power limit picks a kernel under it

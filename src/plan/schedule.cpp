@@ -95,7 +95,7 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
             const predict::Cost c = predict::cost(g, id, m, n.compute, setting);
             double start = std::max(inputs_ready, device_free[size_t(d)]);
             if (m.spec().kind == "fpga") {  // a kernel configuration switch, where the bitstream needs one
-                const predict::TunedKernel k = predict::fpga_tune(*predict::fpga_work(g, id, n.compute), m.spec(), m.clock_mhz({0, setting.clock_mhz}), setting.power_limit_w);
+                const predict::TunedKernel& k = predict::fpga_kernel(g, id, m, n.compute, setting);  // the kernel cost() charged
                 if (last_kernel[size_t(d)]) {
                     const double sw = predict::fpga_switch_seconds(*last_kernel[size_t(d)], k, m.spec());
                     start += sw, s.switch_seconds += sw, s.switches += sw > 0;

@@ -6,7 +6,6 @@
 
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
-#include "predict/fpga_model.hpp"
 
 namespace joule::predict {
 
@@ -98,35 +97,45 @@ struct DeviceModel::FpgaCache {
 
 namespace {
 
-// An FPGA node: the tuned kernel of its work at the setting (a limit: the fastest kernel under it).
-Cost fpga_cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
-    const hw::DeviceSpec& spec = d.spec();
+// The kernel the tuner picks for work w at clock f under a power limit (0: none), cached per shape and setting.
+const TunedKernel& tuned_kernel(const FpgaWork& w, const DeviceModel& d, double f, double limit) {
+    std::ostringstream key;
+    key << int(w.kernel) << ' ' << int(w.dtype) << ' ' << w.element_bytes << ' ' << w.m << ' ' << w.n << ' ' << w.k << ' ' << w.groups << ' ' << w.a_bytes << ' '
+        << w.b_bytes << ' ' << w.c_bytes << ' ' << w.elements << ' ' << w.flops_per_element << ' ' << w.passes << ' ' << w.bytes << ' ' << w.flops << ' ' << f
+        << ' ' << limit;
+    auto& cache = d.fpga_cache().tuned;
+    auto it = cache.find(key.str());
+    if (it == cache.end()) it = cache.emplace(key.str(), fpga_tune(w, d.spec(), f, limit)).first;
+    return it->second;
+}
+
+struct FpgaNode {
+    FpgaWork work;
+    double clock_mhz, limit_w;
+};
+
+FpgaNode fpga_node(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
     const std::optional<FpgaWork> w = fpga_work(g, n, dtype);
     if (!w)
-        throw Error("node '" + g.node(n).name + "' (" + op_name(g.node(n).kind) + ") has no FPGA kernel on " + spec.name,
+        throw Error("node '" + g.node(n).name + "' (" + op_name(g.node(n).kind) + ") has no FPGA kernel on " + d.spec().name,
                     "it runs on the host; ask predict::fpga_runs() before costing a node on an FPGA");
     if (s.power_limit_w < 0 || !std::isfinite(s.power_limit_w)) throw Error("a device setting must be a positive clock or power limit");
-    const double f = d.clock_mhz({0, s.clock_mhz}), limit = s.power_limit_w;
-    if (s.clock_mhz > 0 && limit > 0) throw Error("a device setting is a clock or a power limit, not both");
-    auto tuned = [&](double cap) -> const TunedKernel& {
-        std::ostringstream key;
-        key << int(w->kernel) << ' ' << int(w->dtype) << ' ' << w->element_bytes << ' ' << w->m << ' ' << w->n << ' ' << w->k << ' ' << w->groups << ' '
-            << w->a_bytes << ' ' << w->b_bytes << ' ' << w->c_bytes << ' ' << w->elements << ' ' << w->flops_per_element << ' ' << w->passes << ' ' << w->bytes << ' '
-            << w->flops << ' ' << f << ' ' << cap;
-        auto& cache = d.fpga_cache().tuned;
-        auto it = cache.find(key.str());
-        if (it == cache.end()) it = cache.emplace(key.str(), fpga_tune(*w, spec, f, cap)).first;
-        return it->second;
-    };
-    const TunedKernel& k = tuned(limit);
+    if (s.clock_mhz > 0 && s.power_limit_w > 0) throw Error("a device setting is a clock or a power limit, not both");
+    return {*w, d.clock_mhz({0, s.clock_mhz}), s.power_limit_w};
+}
+
+// An FPGA node: the tuned kernel of its work at the setting (a limit: the fastest kernel under it).
+Cost fpga_cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
+    const FpgaNode x = fpga_node(g, n, d, dtype, s);
+    const TunedKernel& k = tuned_kernel(x.work, d, x.clock_mhz, x.limit_w);
     Cost c;
     c.seconds = k.estimate.seconds;
     c.joules = k.estimate.dynamic_joules;
     c.bytes = k.estimate.offchip_bytes;
-    c.flops = w->flops;
-    c.roofline_s = roofline(w->flops, c.bytes, d.peak_flops(w->dtype, f), d.bandwidth()).seconds();
-    c.clock_mhz = f;
-    c.throttled = limit > 0 && k.estimate.seconds > tuned(0).estimate.seconds;
+    c.flops = x.work.flops;
+    c.roofline_s = roofline(x.work.flops, c.bytes, d.peak_flops(x.work.dtype, x.clock_mhz), d.bandwidth()).seconds();
+    c.clock_mhz = x.clock_mhz;
+    c.throttled = x.limit_w > 0 && k.estimate.seconds > tuned_kernel(x.work, d, x.clock_mhz, 0).estimate.seconds;
     return c;
 }
 
@@ -230,6 +239,11 @@ GraphCost graph_cost(const Graph& g, const DeviceModel& d, const Setting& s) {
         if (g.node(n).kind == OpKind::Cast) r.cast_seconds += c.seconds, r.cast_bytes += c.bytes;
     }
     return r;
+}
+
+const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
+    const FpgaNode x = fpga_node(g, n, d, dtype, s);
+    return tuned_kernel(x.work, d, x.clock_mhz, x.limit_w);
 }
 
 Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s) {

@@ -43,6 +43,7 @@
 #include "graph/graph.hpp"
 #include "hw/catalogue.hpp"
 #include "predict/efficiency.hpp"
+#include "predict/fpga_model.hpp"
 #include "predict/memory_model.hpp"
 
 namespace joule::predict {
@@ -106,6 +107,10 @@ DeviceModel load_device_model(const std::string& name_alias_or_path, double shar
 // What a node would cost: computing in `dtype` (its operands stored as operand_dtype() says). Throws
 // Error when the device has no peak for dtype (a planner asks has() first) or the setting is invalid.
 Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s = {});
+
+// FPGAs: the tuned kernel cost() charges node n at the setting (cached per shape and setting) -- what a
+// schedule compares to price a configuration switch. Error as cost() for a node without an FPGA kernel.
+const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s = {});
 
 // The same for a precomputed node description (what cost() derives from the graph), for callers that
 // ask about one node under many settings.
