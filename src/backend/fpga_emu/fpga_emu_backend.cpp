@@ -20,30 +20,25 @@ private:
     double seconds_, joules_;
 };
 
-hw::DeviceSpec fpga_spec(const std::string& device) {
+predict::DeviceModel fpga_model(const std::string& device) {
     const size_t colon = device.find(':');  // "fpga_emu:SPEC" (the registry checked the form)
     const std::string spec = colon == std::string::npos ? "" : device.substr(colon + 1);
     if (spec.empty()) throw Error("device '" + device + "': the emulated FPGA needs a spec", "e.g. fpga_emu:s10 (joule devices lists the FPGAs)");
-    hw::DeviceSpec s = hw::find_device_spec(spec);
-    if (s.kind != "fpga") throw Error("device '" + device + "': " + s.name + " is a " + s.kind + ", not an FPGA", "choose s10, a10, de5, u250 or u280");
-    return s;
-}
-
-bool gemm_op(OpKind k) {
-    return k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::ConvBackwardWeights || k == OpKind::Linear ||
-           k == OpKind::LinearBackwardData || k == OpKind::LinearBackwardWeights || k == OpKind::MatMul;
+    predict::DeviceModel m = predict::load_device_model(spec);
+    if (m.spec().kind != "fpga") throw Error("device '" + device + "': " + m.spec().name + " is a " + m.spec().kind + ", not an FPGA", "choose s10, a10, de5, u250 or u280");
+    return m;
 }
 
 }  // namespace
 
 FpgaEmuBackend::FpgaEmuBackend(std::string device)
-    : device_(std::move(device)), spec_(fpga_spec(device_)), host_link_(hw::load_catalogue().link(spec_.fpga.host_link)), functional_(device_) {}
+    : device_(std::move(device)), model_(fpga_model(device_)), host_link_(hw::load_catalogue().link(model_.spec().fpga.host_link)), functional_(device_) {}
 
 Support FpgaEmuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
     if (n.kind != OpKind::Transfer && !predict::fpga_runs(n.kind))
         return {false, std::string("no FPGA kernel for ") + op_name(n.kind) + " (it runs on the host)"};
-    if (n.compute == DType::BF16 && spec_.fpga.dsp_per_bf16_mac <= 0) return {false, spec_.name + " has no bf16 arithmetic"};
+    if (n.compute == DType::BF16 && !model_.has(DType::BF16)) return {false, spec().name + " has no bf16 arithmetic"};
     return functional_.supports(g, id);  // the dtype contract: f32 or bf16 operands, f32 losses and updates
 }
 
@@ -56,9 +51,9 @@ std::unique_ptr<Kernel> FpgaEmuBackend::prepare(const Graph& g, NodeId id, const
         const predict::Cost c = predict::transfer_cost(bytes, host_link_);
         return std::make_unique<Emulated>(functional_.prepare(g, id, inputs, outputs), c.seconds, c.joules);
     }
-    const std::optional<predict::FpgaWork> w = predict::fpga_work(g, id, n.compute);
-    const predict::TunedKernel t = predict::fpga_tune(*w, spec_);
-    std::unique_ptr<Kernel> k = gemm_op(n.kind) ? fpga_emu::make_gemm(g, id, inputs, outputs, t.config) : functional_.prepare(g, id, inputs, outputs);
+    const predict::TunedKernel& t = predict::fpga_kernel(g, id, model_, n.compute);  // the kernel predict::cost charges, cached
+    std::unique_ptr<Kernel> k = t.config.kernel == predict::FpgaKernel::Gemm ? fpga_emu::make_gemm(g, id, inputs, outputs, t.config)
+                                                                              : functional_.prepare(g, id, inputs, outputs);
     return std::make_unique<Emulated>(std::move(k), t.estimate.seconds, t.estimate.dynamic_joules);
 }
 

@@ -20,7 +20,7 @@
 #include "backend/backend.hpp"
 #include "backend/reference/reference_backend.hpp"
 #include "hw/catalogue.hpp"
-#include "predict/fpga_model.hpp"
+#include "predict/device_model.hpp"
 
 namespace joule {
 
@@ -34,11 +34,11 @@ public:
                                     const std::vector<void*>& outputs) override;
     int threads() const override { return 1; }
     TimeSource time_source() const override { return TimeSource::Modelled; }
-    const hw::DeviceSpec& spec() const { return spec_; }
+    const hw::DeviceSpec& spec() const { return model_.spec(); }
 
 private:
     std::string device_;
-    hw::DeviceSpec spec_;
+    predict::DeviceModel model_;  // the kernels cost() charges are the ones run here
     hw::LinkSpec host_link_;
     ReferenceBackend functional_;  // the stream kernels' element-wise semantics
 };
