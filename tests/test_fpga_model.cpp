@@ -15,12 +15,7 @@
 namespace joule::predict {
 namespace {
 
-TrainGraph train_graph(const std::string& net, int64_t batch, int64_t image = 0) {
-    zoo::NetConfig cfg;
-    cfg.batch = batch, cfg.image_size = image;
-    zoo::Model m = zoo::build(net, cfg);
-    return build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.1f, 0.9f));
-}
+using test::zoo_train_graph;
 
 FpgaWork gemm(double m, double n, double k, DType t = DType::F32) {
     FpgaWork w;
@@ -99,7 +94,7 @@ TEST(FpgaModel, DoubleBufferingAndMoreDspsAreNeverSlower) {
 }
 
 TEST(FpgaModel, TheTunerFitsEveryLayerOfEveryZooNetAndAdaptsToShapes) {
-    const TrainGraph tg = train_graph("resnet50", 8);
+    const TrainGraph tg = zoo_train_graph("resnet50", 8);
     const hw::DeviceSpec s10 = hw::find_device_spec("s10");
     std::set<std::string> configs;
     for (size_t i = 0; i < tg.graph.num_nodes(); ++i) {
@@ -114,7 +109,7 @@ TEST(FpgaModel, TheTunerFitsEveryLayerOfEveryZooNetAndAdaptsToShapes) {
     for (const hw::DeviceSpec& d : hw::load_all_specs()) {
         if (d.kind != "fpga") continue;
         for (const zoo::NetInfo& net : zoo::nets()) {
-            const TrainGraph g = train_graph(net.name, 2);
+            const TrainGraph g = zoo_train_graph(net.name, 2);
             for (DType t : {DType::F32, DType::BF16})
                 for (size_t i = 0; i < g.graph.num_nodes(); ++i)
                     if (const auto w = fpga_work(g.graph, NodeId(i), t)) {
@@ -151,7 +146,7 @@ TEST(FpgaModel, APowerLimitPicksASlowerCoolerKernelAndSwitchesCostAReconfigurati
 }
 
 TEST(FpgaModel, TheCostInterfaceAnswersForAnFpgaThroughTheTuner) {
-    const TrainGraph tg = train_graph("lenet5", 8);
+    const TrainGraph tg = zoo_train_graph("lenet5", 8);
     const DeviceModel s10 = load_device_model("s10");
     EXPECT_GT(s10.capacity(), 28e6);  // all its M20K: 11,721 x 20 kbit
     size_t costed = 0;

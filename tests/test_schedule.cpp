@@ -14,12 +14,7 @@
 namespace joule {
 namespace {
 
-TrainGraph train_graph(const std::string& net, int64_t batch, int64_t image = 0) {
-    zoo::NetConfig cfg;
-    cfg.batch = batch, cfg.image_size = image;
-    zoo::Model m = zoo::build(net, cfg);
-    return build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.1f, 0.9f));
-}
+using test::zoo_train_graph;
 
 // Every schedule: nodes after their inputs, never two at once on a device, the makespan the last end.
 void expect_valid(const LoweredGraph& lg, const Schedule& s) {
@@ -47,7 +42,7 @@ TEST(Schedule, AllOnTheHostIsTheSumOfItsNodesAndEnergyAddsUp) {
     const SystemModel sys = load_system_model("cpu+v100+s10");
     EXPECT_EQ(sys.plan_devices, (std::vector<std::string>{"cpu", "cuda:v100", "fpga_emu:s10"}));
     EXPECT_EQ(sys.host, 0);
-    const TrainGraph tg = train_graph("lenet5", 16);
+    const TrainGraph tg = zoo_train_graph("lenet5", 16);
     const LoweredGraph lg = lower(TrainGraph(tg), single_device_plan(tg, sys, sys.host));
     const Schedule s = simulate(lg, sys);
     expect_valid(lg, s);
@@ -65,7 +60,7 @@ TEST(Schedule, AllOnTheHostIsTheSumOfItsNodesAndEnergyAddsUp) {
 
 TEST(Schedule, TheBaselinesMoveTensorsOverLinksAndTheFpgaPaysItsSwitches) {
     const SystemModel sys = load_system_model("cpu+v100+s10");
-    const TrainGraph tg = train_graph("resnet18", 8, 32);
+    const TrainGraph tg = zoo_train_graph("resnet18", 8, 32);
     for (int d = 0; d < 3; ++d) {
         const LoweredGraph lg = lower(TrainGraph(tg), single_device_plan(tg, sys, d));
         const Schedule s = simulate(lg, sys);
@@ -90,13 +85,13 @@ TEST(Schedule, TheBaselinesMoveTensorsOverLinksAndTheFpgaPaysItsSwitches) {
 
 TEST(Schedule, APlanWhoseTensorsDoNotFitIsInfeasibleAndUnknownDevicesAreErrors) {
     const SystemModel sys = load_system_model("cpu+k40");
-    const TrainGraph tg = train_graph("vgg16", 256);
+    const TrainGraph tg = zoo_train_graph("vgg16", 256);
     const Schedule s = simulate(lower(TrainGraph(tg), single_device_plan(tg, sys, 1)), sys);
     EXPECT_FALSE(s.fits);
     EXPECT_NE(s.why_not.find("cuda:k40 needs"), std::string::npos) << s.why_not;
     Plan elsewhere;
     elsewhere.default_device = "cuda:v100";
-    const TrainGraph small = train_graph("lenet5", 2);
+    const TrainGraph small = zoo_train_graph("lenet5", 2);
     test::expect_error([&] { simulate(lower(TrainGraph(small), elsewhere), sys); }, "which system system-gold6148-k40 does not have");
     test::expect_error([] { load_system_model("cpu+tpu"); }, "cpu+tpu");
 }
