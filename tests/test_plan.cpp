@@ -270,19 +270,6 @@ TEST(Passes, DropoutMasksDoNotDependOnInsertedNodes) {
 }
 
 // bf16 storage trains LeNet-5 for an epoch on Fashion-MNIST to within a point of f32 (same seed).
-TEST(Passes, Bf16PlanTrainsLeNetAsWellAsF32) {
-    TrainOptions o;
-    o.threads = 2;
-    const TrainResult f32 = train(o);
-    o.dtype = DType::BF16;
-    o.scope = PrecisionScope::All;
-    const TrainResult bf16 = train(o);
-    EXPECT_GT(f32.test_accuracy, 0.8);
-    EXPECT_NEAR(bf16.test_accuracy, f32.test_accuracy, 0.01);
-    EXPECT_GT(bf16.casts, 0);
-    EXPECT_EQ(bf16.transfers, 0);
-    EXPECT_LT(bf16.buffer_bytes, f32.buffer_bytes) << "bf16 tensors take half the bytes";
-}
 
 }  // namespace
 }  // namespace joule
