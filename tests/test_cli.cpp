@@ -341,25 +341,57 @@ TEST(Cli, TrainRunsAPlanWithLayersOnTheEmulatedFpga) {
     expect_failure("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --plan " + plan, "no FPGA kernel for SoftmaxCrossEntropy");
 }
 
-TEST(Cli, PlanSimulatesTheSingleDeviceBaselinesOnASystem) {
+TEST(Cli, PlanComparesStrategiesAndWritesPlansAndTraces) {
     Result r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10");
     EXPECT_EQ(r.code, 0) << r.out;
-    for (const char* s : {"MODELLED", "single:cpu", "single:cuda:v100", "single:fpga_emu:s10", "FPGA switches"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    for (const char* s : {"MODELLED", "single:cpu", "single:cuda:v100", "single:fpga_emu:s10", "cnnlab", "heft", "energy", "FPGA switches"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     const auto j = run_json("plan --net lenet5 --batch 8 --system cpu+k40+de5 --json");
     EXPECT_EQ(j["schema"], "joule.plan/1");
-    ASSERT_EQ(j["plans"].size(), 3u);
+    ASSERT_EQ(j["plans"].size(), 6u);
     for (const auto& p : j["plans"]) {
         EXPECT_NEAR(p["joules"].get<double>(), p["dynamic_joules"].get<double>() + p["idle_joules"].get<double>() + p["transfer_joules"].get<double>(), 1e-9) << p;
         EXPECT_GT(p["seconds"].get<double>(), 0) << p;
+        EXPECT_TRUE(p["fits"].get<bool>()) << p;
     }
+    // energy: no slower than the fastest baseline, and no more energy than any baseline that fast
+    double fastest = 1e30;
+    for (size_t i = 0; i < 3; ++i) fastest = std::min(fastest, j["plans"][i]["seconds"].get<double>());
+    const auto& energy = j["plans"][5];
+    EXPECT_EQ(energy["strategy"], "energy");
+    EXPECT_LE(energy["seconds"].get<double>(), fastest * (1 + 1e-9));
+    for (size_t i = 0; i < 3; ++i)
+        if (j["plans"][i]["seconds"].get<double>() <= fastest * (1 + 1e-9)) { EXPECT_LE(energy["joules"].get<double>(), j["plans"][i]["joules"].get<double>() * (1 + 1e-9)); }
+    // one strategy: its layer table, the savings against each baseline, its plan and its trace
+    const std::string plan = temp_path("energy.plan.yaml"), trace = temp_path("energy.trace.json");
+    r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy energy:0.5 --out " + plan + " --trace " + trace);
+    ASSERT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"forward", "backward", "update", "against each baseline", "time bound", "wrote energy:0.5"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    std::ifstream tf(trace);
+    const auto tj = nlohmann::json::parse(tf);
+    EXPECT_EQ(tj["otherData"]["timing"], "modelled");
+    size_t complete = 0;
+    for (const auto& e : tj["traceEvents"]) complete += e["ph"] == "X";
+    EXPECT_GT(complete, 30u) << "an event per node";
+    EXPECT_EQ(run("inspect lenet5 --batch 8 --optimizer sgd --plan " + plan).code, 0) << "the plan lowers";
+    r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy powercap:150");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("GPU power limiting: single:cuda:v100"), std::string::npos) << r.out;
+    r = run("plan --net lenet5 --batch 8 --system cpu+k40+de5 --pareto");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("time-energy frontier"), std::string::npos) << r.out;
     // the FPGA baseline's plan trains: its GEMMs and streams emulated, the loss on the host
-    const std::string plan = temp_path("single.plan.yaml");
     ASSERT_EQ(run("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy single:fpga_emu:s10 --out " + plan).code, 0);
     const auto t = run_json("train --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --threads 1 --plan " + plan + " --json");
     EXPECT_EQ(t["timing"], "measured and modelled");
-    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy energy", "joule plans single-device baselines so far");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy fastest", "unknown --strategy 'fastest'");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy energy:-1", "the slack '-1' is not a number of 0 or more");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy powercap:abc", "the cap 'abc' is not a number above 0");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy exact --pareto", "--pareto compares the strategies itself");
+    expect_failure("plan --net resnet50 --system cpu+v100+s10 --strategy exact", "exact solves small nets");
     expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy single:cuda:a100", "which system system-gold6148-v100-s10 does not have");
-    expect_failure("plan --net lenet5 --system cpu+v100+s10 --out " + plan, "--out writes one strategy's plan");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --out " + plan, "--out and --trace take one strategy's plan");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy heft --trace /nonexistent/dir/t.json", "--trace /nonexistent/dir/t.json: cannot write");
     expect_failure("plan --net lenet5 --system cpu+tpu", "cpu+tpu");
     expect_failure("plan --net lenet5", "--system is required");
 }

@@ -43,9 +43,6 @@ SystemModel load_system_model(const std::string& name) {
     return m;
 }
 
-namespace {
-
-// The links a transfer between devices a and b crosses: their own, or through the host.
 std::vector<std::pair<std::pair<int, int>, const hw::LinkSpec*>> route(const SystemModel& sys, int a, int b) {
     auto link = [&](int x, int y) { return sys.catalogue.link_between(sys.system, sys.devices[size_t(x)].spec().name, sys.devices[size_t(y)].spec().name); };
     auto key = [](int x, int y) { return std::pair{std::min(x, y), std::max(x, y)}; };
@@ -56,7 +53,14 @@ std::vector<std::pair<std::pair<int, int>, const hw::LinkSpec*>> route(const Sys
                 "add the link to " + sys.system.path);
 }
 
-}  // namespace
+std::vector<predict::Setting> SystemModel::settings_of(const Plan& p) const {
+    std::vector<predict::Setting> s = settings;
+    for (const auto& [device, set] : p.devices) {
+        predict::Setting& x = s[size_t(index_of(device))];
+        x.power_limit_w = set.power_limit_w.value_or(0), x.clock_mhz = set.clock_mhz.value_or(0);
+    }
+    return s;
+}
 
 Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
     const Graph& g = lg.train.graph;
@@ -67,6 +71,7 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
     std::vector<double> device_free(D, 0), ready(g.num_tensors(), 0);
     std::map<std::pair<int, int>, double> link_free;
     std::vector<std::optional<predict::TunedKernel>> last_kernel(D);
+    const std::vector<predict::Setting> settings = sys.settings_of(lg.plan);
     for (size_t i = 0; i < g.num_nodes(); ++i) {
         const NodeId id = NodeId(i);
         const Node& n = g.node(id);
@@ -91,7 +96,7 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
         } else {
             const int d = sys.index_of(n.device);
             const predict::DeviceModel& m = sys.devices[size_t(d)];
-            const predict::Setting& setting = sys.settings[size_t(d)];
+            const predict::Setting& setting = settings[size_t(d)];
             const predict::Cost c = predict::cost(g, id, m, n.compute, setting);
             double start = std::max(inputs_ready, device_free[size_t(d)]);
             if (m.spec().kind == "fpga") {  // a kernel configuration switch, where the bitstream needs one

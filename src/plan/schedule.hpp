@@ -34,6 +34,8 @@ struct SystemModel {
     std::vector<predict::Setting> settings;     // each one's clock or power limit (default: none)
     int host = -1;                              // the CPU's index
     int index_of(const std::string& plan_device) const;  // Error naming the system's devices when absent
+    // The settings a plan runs the devices at: `settings`, overridden by the plan's `devices:` entries.
+    std::vector<predict::Setting> settings_of(const Plan& p) const;
 };
 // The system (name, alias or path) of data/hw with a cost model per device.
 SystemModel load_system_model(const std::string& name_alias_or_path);
@@ -59,7 +61,12 @@ struct Schedule {
     double watts() const { return seconds > 0 ? joules() / seconds : 0; }
 };
 
+// Each device at the settings of lg.plan (SystemModel::settings_of).
 Schedule simulate(const LoweredGraph& lg, const SystemModel& sys);
+
+// The links a transfer from device a to device b crosses, each with its (lower, higher) device-index
+// key: their own link, else through the host. Error when neither exists.
+std::vector<std::pair<std::pair<int, int>, const hw::LinkSpec*>> route(const SystemModel& sys, int a, int b);
 
 // The single-device baseline: every node on `device` (an index of sys) that it runs, the rest on the
 // host (an FPGA has no kernel for the loss, softmax, embeddings, ...).

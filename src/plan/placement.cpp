@@ -1,0 +1,694 @@
+#include "plan/placement.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "graph/error.hpp"
+#include "predict/fpga_model.hpp"
+
+namespace joule {
+
+namespace {
+
+bool is_fpga(const SystemModel& sys, int d) { return sys.devices[size_t(d)].spec().kind == "fpga"; }
+
+}  // namespace
+
+PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys, std::vector<predict::Setting> settings)
+    : tg_(&tg), sys_(&sys), settings_(settings.empty() ? sys.settings : std::move(settings)) {
+    const Graph& g = tg.graph;
+    const size_t N = g.num_nodes(), D = sys.devices.size();
+    if (settings_.size() != D) throw Error("internal: a setting per device of the system");
+    costs_.assign(N, std::vector<std::optional<predict::Cost>>(D));
+    kernels_.assign(N, std::vector<const predict::TunedKernel*>(D, nullptr));
+    for (size_t i = 0; i < N; ++i) {
+        const NodeId id = NodeId(i);
+        const Node& n = g.node(id);
+        if (n.kind == OpKind::Transfer || n.kind == OpKind::Cast) throw Error("internal: the placement planner takes a training graph before any pass");
+        for (size_t d = 0; d < D; ++d) {
+            const predict::DeviceModel& m = sys.devices[d];
+            if (is_fpga(sys, int(d))) {
+                if (!predict::fpga_runs(n.kind)) continue;
+                kernels_[i][d] = &predict::fpga_kernel(g, id, m, n.compute, settings_[d]);
+            }
+            costs_[i][d] = predict::cost(g, id, m, n.compute, settings_[d]);
+        }
+    }
+    // tensors: size, producer, the node writing it in place, first reader, last use
+    tensors_.resize(g.num_tensors());
+    for (size_t t = 0; t < g.num_tensors(); ++t) {
+        const Tensor& x = g.tensor(TensorId(t));
+        tensors_[t].bytes = double(x.desc.bytes());
+        tensors_[t].persistent = persists(x.role);
+        tensors_[t].producer = x.producer == kNone ? -1 : int(x.producer);
+    }
+    // atoms: union-find over in-place writers and the tensors' producers / other writers
+    std::vector<int> parent(N);
+    std::iota(parent.begin(), parent.end(), 0);
+    std::function<int(int)> root = [&](int x) { return parent[size_t(x)] == x ? x : parent[size_t(x)] = root(parent[size_t(x)]); };
+    auto unite = [&](int a, int b) { parent[size_t(root(a))] = root(b); };
+    for (size_t i = 0; i < N; ++i) {
+        const Node& n = g.node(NodeId(i));
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+            TensorInfo& t = tensors_[size_t(n.inputs[k])];
+            if (t.first_reader < 0) t.first_reader = int(i);
+            t.last_use = int(i);
+            if (!has_bit(op_info(n.kind).inplace, k)) continue;
+            if (t.inplace_writer < 0) t.inplace_writer = int(i);
+            unite(int(i), t.inplace_writer);
+            if (t.producer >= 0) unite(int(i), t.producer);
+        }
+        for (TensorId t : n.outputs) tensors_[size_t(t)].last_use = std::max(tensors_[size_t(t)].last_use, int(i));
+    }
+    atom_of_.assign(N, -1);
+    std::map<int, int> atom_of_root;
+    for (size_t i = 0; i < N; ++i) {
+        auto [it, fresh] = atom_of_root.try_emplace(root(int(i)), int(atoms_.size()));
+        if (fresh) atoms_.emplace_back();
+        atoms_[size_t(it->second)].push_back(int(i));
+        atom_of_[i] = it->second;
+    }
+    routes_.resize(D * D);
+    for (size_t a = 0; a < D; ++a)
+        for (size_t b = 0; b < D; ++b)
+            if (a != b)
+                for (const auto& [key, link] : route(sys, int(a), int(b))) routes_[a * D + b].push_back({key.first * int(D) + key.second, link});
+    std::map<std::string, int> layer_index;
+    for (size_t a = 0; a < atoms_.size(); ++a) {
+        auto [it, fresh] = layer_index.try_emplace(layer_of(g, NodeId(atoms_[a].front())), int(layers_.size()));
+        if (fresh) layers_.emplace_back();
+        layers_[size_t(it->second)].push_back(int(a));
+    }
+}
+
+int PlacementProblem::device_for(int atom, int device) const {
+    for (int n : atoms_[size_t(atom)])
+        if (!costs_[size_t(n)][size_t(device)]) return sys_->host;
+    return device;
+}
+
+PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
+    const Graph& g = tg_->graph;
+    const SystemModel& sys = *sys_;
+    const size_t N = g.num_nodes(), D = sys.devices.size(), T = tensors_.size();
+    Outcome o;
+    o.busy_seconds.assign(D, 0), o.dynamic_by_device.assign(D, 0), o.bytes_by_device.assign(D, 0);
+    auto home = [&](size_t t) {
+        const TensorInfo& x = tensors_[t];
+        const int n = x.producer >= 0 ? x.producer : x.inplace_writer >= 0 ? x.inplace_writer : x.first_reader;
+        return n >= 0 ? p[size_t(n)] : sys.host;
+    };
+    // scratch reused across calls: the search simulates thousands of placements
+    struct Free {
+        int device, next;
+        double bytes;
+    };
+    thread_local struct Scratch {
+        std::vector<double> device_free, ready, link_free, copy_ready, live, peak, persistent;
+        std::vector<const predict::TunedKernel*> last_kernel;
+        std::vector<int> frees;  // per node: the first of the (device, bytes) freed after it, chained in `pool`
+        std::vector<Free> pool;
+    } x;
+    x.device_free.assign(D, 0), x.ready.assign(T, 0), x.link_free.assign(D * D, 0);
+    x.copy_ready.assign(T * D, -1);  // (tensor, device): when its transfer lands
+    x.last_kernel.assign(D, nullptr);
+    // memory: persistent tensors at home; transient ones (and copies) live from production to last use
+    x.live.assign(D, 0), x.peak.assign(D, 0), x.persistent.assign(D, 0);
+    x.frees.assign(N, -1), x.pool.clear();
+    auto& [device_free, ready, link_free, copy_ready, live, peak, persistent, last_kernel, frees, pool] = x;
+    auto allocate = [&](int d, double bytes, int last) {
+        live[size_t(d)] += bytes;
+        peak[size_t(d)] = std::max(peak[size_t(d)], live[size_t(d)]);
+        pool.push_back({d, frees[size_t(last)], bytes});
+        frees[size_t(last)] = int(pool.size()) - 1;
+    };
+    for (size_t t = 0; t < T; ++t)
+        if (tensors_[t].persistent) persistent[size_t(home(t))] += tensors_[t].bytes;
+    for (size_t i = 0; i < N; ++i) {
+        const Node& n = g.node(NodeId(i));
+        const int d = p[i];
+        double inputs_ready = 0;
+        for (TensorId tid : n.inputs) {
+            const size_t t = size_t(tid);
+            const int from = home(t);
+            if (from == d) {
+                inputs_ready = std::max(inputs_ready, ready[t]);
+                continue;
+            }
+            double& landed = copy_ready[t * D + size_t(d)];
+            if (landed < 0) {  // a Transfer on the links, while the devices compute
+                double at = ready[t];
+                for (const auto& [slot, link] : routes_[size_t(from) * D + size_t(d)]) {
+                    const predict::Cost c = predict::transfer_cost(tensors_[t].bytes, *link);
+                    double& free = link_free[size_t(slot)];
+                    at = free = std::max(at, free) + c.seconds;
+                    o.transfer_joules += c.joules;
+                }
+                landed = at;
+                o.seconds = std::max(o.seconds, at);
+                ++o.transfers;
+                allocate(d, tensors_[t].bytes, std::max(tensors_[t].last_use, int(i)));
+            }
+            inputs_ready = std::max(inputs_ready, landed);
+        }
+        const predict::Cost& c = *costs_[i][size_t(d)];
+        double start = std::max(inputs_ready, device_free[size_t(d)]);
+        if (const predict::TunedKernel* k = kernels_[i][size_t(d)]) {
+            if (last_kernel[size_t(d)]) {
+                const double sw = predict::fpga_switch_seconds(*last_kernel[size_t(d)], *k, sys.devices[size_t(d)].spec());
+                start += sw, o.switch_seconds += sw, o.switches += sw > 0;
+            }
+            last_kernel[size_t(d)] = k;
+        }
+        const double end = start + c.seconds;
+        device_free[size_t(d)] = end;
+        o.busy_seconds[size_t(d)] += c.seconds;
+        o.dynamic_by_device[size_t(d)] += c.joules;
+        o.dynamic_joules += c.joules;
+        o.seconds = std::max(o.seconds, end);
+        for (TensorId tid : n.outputs) {
+            ready[size_t(tid)] = end;
+            if (!tensors_[size_t(tid)].persistent) allocate(d, tensors_[size_t(tid)].bytes, tensors_[size_t(tid)].last_use);
+        }
+        for (int f = frees[i]; f >= 0; f = pool[size_t(f)].next) live[size_t(pool[size_t(f)].device)] -= pool[size_t(f)].bytes;
+    }
+    bool host_runs = false;
+    for (size_t i = 0; i < N && !host_runs; ++i) host_runs = p[i] == sys.host;
+    double capped = o.transfer_joules;
+    for (size_t d = 0; d < D; ++d) {
+        const double idle = sys.devices[d].idle_w() * o.seconds;
+        o.idle_joules += idle;
+        if (int(d) != sys.host || host_runs) capped += idle + o.dynamic_by_device[d];
+        o.bytes_by_device[d] = persistent[d] + peak[d];
+        const double capacity = sys.devices[d].spec().mem_gib * double(1ull << 30);
+        if (o.fits && capacity > 0 && o.bytes_by_device[d] > capacity)
+            o.fits = false, o.why_not = sys.plan_devices[d] + " needs at least " + std::to_string(int64_t(o.bytes_by_device[d] / (1 << 20))) + " MiB of tensors, it has " +
+                                       std::to_string(int64_t(capacity / (1 << 20))) + " MiB";
+    }
+    o.capped_watts = o.seconds > 0 ? capped / o.seconds : 0;
+    return o;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// strategies
+
+std::string Strategy::name() const {
+    auto num = [](double x) {
+        std::string s = std::to_string(x);
+        s.erase(s.find_last_not_of('0') + 1);
+        if (s.back() == '.') s.pop_back();
+        return s;
+    };
+    switch (kind) {
+        case Kind::Single: return "single:" + device;
+        case Kind::Cnnlab: return "cnnlab";
+        case Kind::Heft: return "heft";
+        case Kind::Energy: return slack > 0 ? "energy:" + num(slack) : "energy";
+        case Kind::Powercap: return "powercap:" + num(watts);
+        case Kind::Exact:
+            return objective == Objective::Time ? "exact:time" : objective == Objective::Powercap ? "exact:powercap:" + num(watts) : slack > 0 ? "exact:" + num(slack) : "exact";
+    }
+    return "?";
+}
+
+Strategy parse_strategy(const std::string& text) {
+    const std::string forms = "single:<device>, cnnlab, heft, energy, energy:<slack>, powercap:<watts>, exact, exact:<slack>, exact:time or exact:powercap:<watts>";
+    auto number = [&](const std::string& s, const char* what, double min) {
+        size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(s, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (s.empty() || used != s.size() || !std::isfinite(v) || v < min)
+            throw Error("--strategy '" + text + "': " + what + " '" + s + "' is not a number" + (min > 0 ? " above 0" : " of 0 or more"), "strategies: " + forms);
+        return v;
+    };
+    Strategy s;
+    auto rest = [&](const std::string& prefix) { return text.size() > prefix.size() && text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : std::string(); };
+    if (text == "cnnlab") {
+        s.kind = Strategy::Kind::Cnnlab;
+    } else if (text == "heft") {
+        s.kind = Strategy::Kind::Heft, s.objective = Strategy::Objective::Time;
+    } else if (text == "energy") {
+        s.kind = Strategy::Kind::Energy;
+    } else if (!rest("energy:").empty()) {
+        s.kind = Strategy::Kind::Energy, s.slack = number(rest("energy:"), "the slack", 0);
+    } else if (!rest("powercap:").empty()) {
+        s.kind = Strategy::Kind::Powercap, s.objective = Strategy::Objective::Powercap, s.watts = number(rest("powercap:"), "the cap", 1e-9);
+    } else if (!rest("single:").empty()) {
+        s.kind = Strategy::Kind::Single, s.device = rest("single:");
+    } else if (text == "exact") {
+        s.kind = Strategy::Kind::Exact;
+    } else if (text == "exact:time") {
+        s.kind = Strategy::Kind::Exact, s.objective = Strategy::Objective::Time;
+    } else if (!rest("exact:powercap:").empty()) {
+        s.kind = Strategy::Kind::Exact, s.objective = Strategy::Objective::Powercap, s.watts = number(rest("exact:powercap:"), "the cap", 1e-9);
+    } else if (!rest("exact:").empty()) {
+        s.kind = Strategy::Kind::Exact, s.slack = number(rest("exact:"), "the slack", 0);
+    } else {
+        throw Error("unknown --strategy '" + text + "'", "strategies: " + forms);
+    }
+    return s;
+}
+
+Plan plan_of(const TrainGraph& tg, const SystemModel& sys, const PlacementProblem::Placement& p, const std::vector<predict::Setting>& settings,
+             const std::string& name) {
+    const Graph& g = tg.graph;
+    Plan plan;
+    plan.name = name;
+    plan.origin = "built-in " + name;
+    plan.default_device = sys.plan_devices[size_t(sys.host)];
+    for (size_t i = 0; i < g.num_nodes(); ++i)
+        if (p[i] != sys.host) plan.entries.push_back({PlanEntry::Match::Node, g.node(NodeId(i)).name, sys.plan_devices[size_t(p[i])], std::nullopt, {}, plan.origin});
+    for (size_t d = 0; d < settings.size(); ++d) {
+        const predict::Setting& s = settings[d];
+        if (s.power_limit_w > 0 || s.clock_mhz > 0) {
+            DeviceSettings& x = plan.devices[sys.plan_devices[d]];
+            if (s.power_limit_w > 0) x.power_limit_w = s.power_limit_w;
+            if (s.clock_mhz > 0) x.clock_mhz = s.clock_mhz;
+        }
+    }
+    return plan;
+}
+
+namespace {
+
+using Placement = PlacementProblem::Placement;
+using Outcome = PlacementProblem::Outcome;
+
+// An objective: lexicographic (violation of the constraint, value); a plan that does not fit is the worst.
+struct Objective {
+    Strategy::Objective kind = Strategy::Objective::Energy;
+    double bound_seconds = 0, watts = 0;
+    double violation(const Outcome& o) const {
+        if (!o.fits) return 1e30;
+        if (kind == Strategy::Objective::Energy) return std::max(0.0, o.seconds / bound_seconds - 1 - 1e-12);
+        if (kind == Strategy::Objective::Powercap) return std::max(0.0, o.capped_watts / watts - 1 - 1e-12);
+        return 0;
+    }
+    double value(const Outcome& o) const { return kind == Strategy::Objective::Energy ? o.joules() : o.seconds; }
+    bool better(const Outcome& a, const Outcome& b) const {  // a strictly better than b
+        const double va = violation(a), vb = violation(b);
+        if (va != vb) return va < vb - 1e-15;
+        return value(a) < value(b) * (1 - 1e-12);
+    }
+};
+
+// Puts every atom of a unit (a list of atoms) on `device` (its host fallback per atom).
+void put(const PlacementProblem& pp, Placement& p, const std::vector<int>& unit, int device) {
+    for (int a : unit) {
+        const int d = pp.device_for(a, device);
+        for (int n : pp.atoms()[size_t(a)]) p[size_t(n)] = d;
+    }
+}
+
+Placement by_layer(const PlacementProblem& pp, const std::vector<int>& layer_device) {
+    Placement p(pp.nodes(), pp.system().host);
+    for (size_t l = 0; l < layer_device.size(); ++l) put(pp, p, pp.layers()[l], layer_device[l]);
+    return p;
+}
+
+struct Candidate {
+    Placement placement;
+    Outcome outcome;
+    std::string chosen;
+    std::vector<predict::Setting> settings;
+};
+
+// Local search: moves one unit to another device while that improves the objective, over layers, then
+// over single atoms (a layer's backward nodes may run beside its forward ones elsewhere: weight gradients
+// on one device while the data gradients go on). Each pass ranks the moves by their context-free effect
+// (the unit's own node costs there against here) and simulates them in that order. While the constraint
+// is violated it simulates every move and takes the best (steepest descent: the first move that restores
+// a power cap may cost far more time than another, an FPGA reconfiguration say; ten such steps at most);
+// once it holds, it keeps each move that improves (twenty passes at most), trying only those that cut
+// the unit's own time or dynamic energy (energy: a shorter iteration saves every device's idle energy)
+// or its time (time, powercap) -- what can pay off without a context.
+Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj, long& evaluations) {
+    std::vector<std::vector<int>> atoms;
+    for (size_t a = 0; a < pp.atoms().size(); ++a) atoms.push_back({int(a)});
+    auto unit_cost = [&](const std::vector<int>& unit, const Placement& p) {
+        std::pair<double, double> sj{0, 0};
+        for (int a : unit)
+            for (int n : pp.atoms()[size_t(a)]) {
+                const predict::Cost& x = *pp.cost(size_t(n), p[size_t(n)]);
+                sj.first += x.seconds, sj.second += x.joules;
+            }
+        return sj;
+    };
+    for (const std::vector<std::vector<int>>* units : {&pp.layers(), const_cast<const std::vector<std::vector<int>>*>(&atoms)})
+        for (int passes = 0, steps = 0;;) {  // at most 10 steepest steps, then 20 passes
+            const bool violated = obj.violation(c.outcome) > 0;
+            if (violated ? ++steps > 10 : ++passes > 20) break;
+            struct Move {
+                size_t unit;
+                int device;
+                double rank;
+            };
+            std::vector<Move> moves;
+            for (size_t u = 0; u < units->size(); ++u) {
+                const auto [secs, joules] = unit_cost((*units)[u], c.placement);
+                for (size_t d = 0; d < pp.devices(); ++d) {
+                    Placement q = c.placement;
+                    put(pp, q, (*units)[u], int(d));
+                    if (q == c.placement) continue;
+                    const auto [s2, j2] = unit_cost((*units)[u], q);
+                    const double dt = s2 - secs, dj = j2 - joules;
+                    const bool energy = obj.kind == Strategy::Objective::Energy;
+                    if (violated) moves.push_back({u, int(d), dt});
+                    else if (energy ? dj < 0 || dt < 0 : dt < 0) moves.push_back({u, int(d), energy ? dj : dt});
+                }
+            }
+            std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.rank < b.rank; });
+            bool moved = false;
+            Candidate steepest = c;
+            for (const Move& m : moves) {
+                Placement q = c.placement;
+                put(pp, q, (*units)[m.unit], m.device);
+                if (q == c.placement) continue;
+                const Outcome o = pp.evaluate(q);
+                ++evaluations;
+                if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
+                    if (obj.better(o, steepest.outcome)) steepest.placement = std::move(q), steepest.outcome = o, moved = true;
+                } else if (obj.better(o, c.outcome)) {
+                    c.placement = std::move(q), c.outcome = o, moved = true;
+                }
+            }
+            if (violated && moved) c = std::move(steepest);
+            if (!moved) break;
+        }
+    return c;
+}
+
+Candidate single(const PlacementProblem& pp, int device, long& evaluations) {
+    Candidate c;
+    c.placement = by_layer(pp, std::vector<int>(pp.layers().size(), device));
+    c.outcome = pp.evaluate(c.placement);
+    ++evaluations;
+    c.chosen = "single:" + pp.system().plan_devices[size_t(device)];
+    c.settings = pp.settings();
+    return c;
+}
+
+// Per layer the device minimising a per-layer figure of its own nodes (context-free: no transfers).
+Placement per_layer_best(const PlacementProblem& pp, const std::function<double(double seconds, double joules)>& figure) {
+    const size_t D = pp.devices();
+    std::vector<int> choice(pp.layers().size(), pp.system().host);
+    for (size_t l = 0; l < pp.layers().size(); ++l) {
+        double best = INFINITY;
+        for (size_t d = 0; d < D; ++d) {
+            double seconds = 0, joules = 0;
+            for (int a : pp.layers()[l]) {
+                const int dev = pp.device_for(a, int(d));
+                for (int n : pp.atoms()[size_t(a)]) {
+                    const predict::Cost& c = *pp.cost(size_t(n), dev);
+                    seconds += c.seconds, joules += c.joules + pp.system().devices[size_t(dev)].idle_w() * c.seconds;
+                }
+            }
+            const double f = figure(seconds, joules);
+            if (f < best) best = f, choice[l] = int(d);
+        }
+    }
+    return by_layer(pp, choice);
+}
+
+// Classic HEFT over atoms: upward rank on mean costs (mean over the devices that run the atom's nodes)
+// and mean transfer times, then in rank order the device giving the earliest finish, idle gaps allowed.
+Placement heft(const PlacementProblem& pp) {
+    const Graph& g = pp.train().graph;
+    const SystemModel& sys = pp.system();
+    const size_t N = pp.nodes(), D = pp.devices();
+    std::vector<int> atom(N);
+    for (size_t a = 0; a < pp.atoms().size(); ++a)
+        for (int n : pp.atoms()[a]) atom[size_t(n)] = int(a);
+    auto runs_atom = [&](size_t n, size_t d) { return pp.device_for(atom[n], int(d)) == int(d); };
+    std::vector<double> mean(N, 0);
+    for (size_t n = 0; n < N; ++n) {
+        int k = 0;
+        for (size_t d = 0; d < D; ++d)
+            if (runs_atom(n, d)) mean[n] += pp.cost(n, int(d))->seconds, ++k;
+        mean[n] /= k;
+    }
+    // transfer time of `bytes` from a to b, and its mean over the ordered pairs of distinct devices
+    auto transfer = [&](double bytes, int a, int b) {
+        double s = 0;
+        if (a != b)
+            for (const auto& [key, link] : route(sys, a, b)) s += predict::transfer_cost(bytes, *link).seconds;
+        return s;
+    };
+    auto mean_transfer = [&](double bytes) {
+        if (D < 2) return 0.0;
+        double s = 0;
+        for (size_t a = 0; a < D; ++a)
+            for (size_t b = 0; b < D; ++b) s += transfer(bytes, int(a), int(b));
+        return s / double(D * (D - 1));
+    };
+    std::vector<double> rank(N, 0);
+    for (size_t i = N; i-- > 0;) {
+        double succ = 0;
+        for (TensorId t : g.node(NodeId(i)).outputs) {
+            const double c = mean_transfer(double(g.tensor(t).desc.bytes()));
+            for (NodeId s : g.consumers(t)) succ = std::max(succ, c + rank[size_t(s)]);
+        }
+        rank[i] = mean[i] + succ;
+    }
+    std::vector<size_t> order(N);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank[a] > rank[b]; });  // predecessors first: rank(pred) > rank(succ)
+    Placement p(N, -1);
+    std::vector<double> finish(N, 0);
+    std::vector<int> atom_device(pp.atoms().size(), -1);
+    std::vector<std::vector<std::pair<double, double>>> busy(D);  // per device: sorted (start, end)
+    for (size_t n : order) {
+        const Node& node = g.node(NodeId(n));
+        double best_end = INFINITY, best_start = 0;
+        int best = -1;
+        for (size_t d = 0; d < D; ++d) {
+            if (atom_device[size_t(atom[n])] >= 0 ? atom_device[size_t(atom[n])] != int(d) : !runs_atom(n, d)) continue;
+            double ready = 0;
+            for (TensorId t : node.inputs) {
+                const int prod = g.tensor(t).producer == kNone ? -1 : int(g.tensor(t).producer);
+                if (prod >= 0) ready = std::max(ready, finish[size_t(prod)] + transfer(double(g.tensor(t).desc.bytes()), p[size_t(prod)], int(d)));
+            }
+            const double w = pp.cost(n, int(d))->seconds;
+            double start = ready;
+            for (const auto& [s, e] : busy[d]) {  // the first gap from `ready` that holds the node
+                if (start + w <= s) break;
+                start = std::max(start, e);
+            }
+            if (start + w < best_end) best_end = start + w, best_start = start, best = int(d);
+        }
+        p[n] = best;
+        finish[n] = best_end;
+        atom_device[size_t(atom[n])] = best;
+        auto& b = busy[size_t(best)];
+        b.insert(std::upper_bound(b.begin(), b.end(), std::pair{best_start, best_end}), {best_start, best_end});
+    }
+    return p;
+}
+
+// Branch and bound over layer placements (see placement.hpp). Returns false when the budget runs out.
+bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, long& evaluations, long budget) {
+    const size_t L = pp.layers().size(), D = pp.devices();
+    // per layer and device: its nodes' busy seconds per device (host fallbacks included) and dynamic joules
+    std::vector<std::vector<std::vector<double>>> busy(L, std::vector<std::vector<double>>(D, std::vector<double>(D, 0)));
+    std::vector<std::vector<double>> dyn(L, std::vector<double>(D, 0)), total(L, std::vector<double>(D, 0));
+    for (size_t l = 0; l < L; ++l)
+        for (size_t d = 0; d < D; ++d)
+            for (int a : pp.layers()[l]) {
+                const int dev = pp.device_for(a, int(d));
+                for (int n : pp.atoms()[size_t(a)]) {
+                    const predict::Cost& c = *pp.cost(size_t(n), dev);
+                    busy[l][d][size_t(dev)] += c.seconds, dyn[l][d] += c.joules, total[l][d] += c.seconds;
+                }
+            }
+    // the least dynamic energy and busy time of layers l.. whatever their devices
+    std::vector<double> rest_dyn(L + 1, 0), rest_seconds(L + 1, 0);
+    for (size_t l = L; l-- > 0;) {
+        rest_dyn[l] = rest_dyn[l + 1] + *std::min_element(dyn[l].begin(), dyn[l].end());
+        rest_seconds[l] = rest_seconds[l + 1] + *std::min_element(total[l].begin(), total[l].end());
+    }
+    double idle_w = 0;
+    for (const predict::DeviceModel& m : pp.system().devices) idle_w += m.idle_w();
+    std::vector<int> choice(L, 0);
+    std::vector<double> load(D, 0);
+    double incumbent = best.outcome.fits && obj.violation(best.outcome) == 0 ? obj.value(best.outcome) : INFINITY;
+    long leaves = 0;
+    bool out_of_budget = false;
+    std::function<void(size_t, double)> go = [&](size_t l, double dyn_so_far) {
+        if (out_of_budget) return;
+        double lb_t = *std::max_element(load.begin(), load.end());
+        lb_t = std::max(lb_t, (std::accumulate(load.begin(), load.end(), 0.0) + rest_seconds[l]) / double(D));
+        if (obj.kind == Strategy::Objective::Energy) {
+            if (lb_t > obj.bound_seconds * (1 + 1e-12)) return;
+            if (dyn_so_far + rest_dyn[l] + idle_w * lb_t >= incumbent * (1 - 1e-12)) return;
+        } else if (lb_t >= incumbent * (1 - 1e-12)) {
+            return;
+        }
+        if (l == L) {
+            if (++leaves > budget) {
+                out_of_budget = true;
+                return;
+            }
+            Placement p = by_layer(pp, choice);
+            const Outcome o = pp.evaluate(p);
+            ++evaluations;
+            if (o.fits && obj.violation(o) == 0 && obj.value(o) < incumbent * (1 - 1e-12)) {
+                incumbent = obj.value(o);
+                best.placement = std::move(p), best.outcome = o, best.chosen = "exact", best.settings = pp.settings();
+            }
+            return;
+        }
+        for (size_t d = 0; d < D; ++d) {
+            choice[l] = int(d);
+            for (size_t k = 0; k < D; ++k) load[k] += busy[l][d][k];
+            go(l + 1, dyn_so_far + dyn[l][d]);
+            for (size_t k = 0; k < D; ++k) load[k] -= busy[l][d][k];
+        }
+    };
+    go(0, 0);
+    return !out_of_budget;
+}
+
+}  // namespace
+
+std::vector<std::vector<predict::Setting>> power_settings(const SystemModel& sys, double cap) {
+    std::vector<std::vector<predict::Setting>> all{sys.settings};
+    for (size_t d = 0; d < sys.devices.size(); ++d) {
+        const hw::DeviceSpec& spec = sys.devices[d].spec();
+        if (spec.kind != "gpu" || spec.power_limit_max_w <= 0) continue;
+        std::vector<double> limits;
+        for (int q = 0; q <= 4; ++q) limits.push_back(spec.power_limit_min_w + (spec.power_limit_max_w - spec.power_limit_min_w) * q / 4);
+        if (cap > spec.power_limit_min_w && cap < spec.power_limit_max_w) limits.push_back(cap);
+        std::vector<std::vector<predict::Setting>> next;
+        for (const auto& s : all)
+            for (double w : limits) {
+                next.push_back(s);
+                next.back()[d].power_limit_w = w;
+            }
+        all = std::move(next);
+    }
+    return all;
+}
+
+Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
+    Placed out;
+    out.strategy = s.name();
+    long evaluations = 0;
+    const size_t D = sys.devices.size();
+    Objective obj{s.objective, 0, s.watts};
+    Candidate best;
+    auto consider = [&](Candidate c) {
+        if (best.placement.empty() || obj.better(c.outcome, best.outcome)) best = std::move(c);
+    };
+    // one problem per setting the strategy searches (powercap: each GPU's power limits)
+    const std::vector<std::vector<predict::Setting>> settings =
+        s.objective == Strategy::Objective::Powercap ? power_settings(sys, s.watts) : std::vector<std::vector<predict::Setting>>{sys.settings};
+    const PlacementProblem base(tg, sys);
+    std::vector<Candidate> baselines;
+    for (size_t d = 0; d < D; ++d) baselines.push_back(single(base, int(d), evaluations));
+    auto is_default = [&](const std::vector<predict::Setting>& set) {
+        for (size_t d = 0; d < D; ++d)
+            if (set[d].power_limit_w != sys.settings[d].power_limit_w || set[d].clock_mhz != sys.settings[d].clock_mhz) return false;
+        return true;
+    };
+    if (s.kind == Strategy::Kind::Single) {
+        best = baselines[size_t(sys.index_of(s.device))];
+        best.chosen = "its own plan";
+    } else {
+        obj.bound_seconds = INFINITY;
+        for (const Candidate& b : baselines)
+            if (b.outcome.fits) obj.bound_seconds = std::min(obj.bound_seconds, b.outcome.seconds * (1 + s.slack));
+        if (!std::isfinite(obj.bound_seconds)) obj.bound_seconds = 0;  // nothing fits: every plan violates
+        // one problem per setting searched (powercap: each GPU's power limits), each with its seeds
+        struct Level {
+            std::unique_ptr<PlacementProblem> own;
+            const PlacementProblem* pp = nullptr;
+            std::vector<Candidate> seeds;
+        };
+        std::vector<Level> levels;
+        for (const std::vector<predict::Setting>& set : settings) {
+            Level l;
+            if (!is_default(set)) l.own = std::make_unique<PlacementProblem>(tg, sys, set);
+            l.pp = l.own ? l.own.get() : &base;
+            for (size_t d = 0; d < D; ++d) l.seeds.push_back(single(*l.pp, int(d), evaluations));
+            auto own = [&](Placement p) {
+                Candidate c;
+                c.placement = std::move(p);
+                c.outcome = l.pp->evaluate(c.placement);
+                ++evaluations;
+                c.chosen = "its own plan";
+                c.settings = set;
+                return c;
+            };
+            switch (s.kind) {
+                case Strategy::Kind::Cnnlab: consider(own(per_layer_best(*l.pp, [](double t, double e) { return t * e; }))); break;
+                case Strategy::Kind::Heft: consider(own(heft(*l.pp))); break;
+                case Strategy::Kind::Energy:
+                case Strategy::Kind::Powercap:
+                    l.seeds.push_back(own(per_layer_best(*l.pp, [](double, double e) { return e; })));
+                    l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double) { return t; })));
+                    break;
+                case Strategy::Kind::Exact: {
+                    Candidate c = best;  // the incumbent so far (none at first: the baselines follow)
+                    for (const Candidate& b : l.seeds)
+                        if (c.placement.empty() || obj.better(b.outcome, c.outcome)) c = b;
+                    // refused up front beyond 10^7 layer placements, and when the search simulates 2 x 10^6 of them
+                    const double space = std::pow(double(D), double(l.pp->layers().size()));
+                    const long budget = 2'000'000;
+                    if (space > 1e7 || !exact(*l.pp, obj, c, evaluations, budget))
+                        throw Error("--strategy " + out.strategy + ": " + std::to_string(l.pp->layers().size()) + " layers on " + std::to_string(D) + " devices are " +
+                                        (space > 1e7 ? "more than 10^7 placements" : "more placements than the search simulates (" + std::to_string(budget) + ")"),
+                                    "exact solves small nets (LeNet-5); use energy, powercap or heft for larger ones");
+                    consider(c);
+                    break;
+                }
+                case Strategy::Kind::Single: break;
+            }
+            for (const Candidate& c : l.seeds) consider(c);
+            levels.push_back(std::move(l));
+        }
+        if (s.kind == Strategy::Kind::Energy || s.kind == Strategy::Kind::Powercap) {
+            // local search on the three settings whose seeds promise most (the value, 10 % worse per 1 %
+            // over the constraint: a seed slightly over a cap is often one repair from the best plan); on
+            // each, from every seed within the constraint and from the one closest to it of those outside.
+            // On ResNet-18/50, VGG-16 and MobileNetV2 under caps of 150-300 W this finds what searching every
+            // setting finds but once (VGG-16 at 250 W: 2 % slower), in a third of the time.
+            auto score = [&](const Level& l) {
+                double v = INFINITY;
+                for (const Candidate& c : l.seeds) v = std::min(v, obj.value(c.outcome) * (1 + 10 * obj.violation(c.outcome)));
+                return v;
+            };
+            std::stable_sort(levels.begin(), levels.end(), [&](const Level& a, const Level& b) { return score(a) < score(b); });
+            for (size_t k = 0; k < levels.size() && k < 3; ++k) {
+                const Candidate* closest = nullptr;
+                for (const Candidate& c : levels[k].seeds)
+                    if (obj.violation(c.outcome) > 0 && (!closest || obj.better(c.outcome, closest->outcome))) closest = &c;
+                for (const Candidate& c : levels[k].seeds)
+                    if (&c == closest || obj.violation(c.outcome) == 0) {
+                        Candidate start = c;
+                        start.chosen = "its own plan";
+                        consider(improve(*levels[k].pp, std::move(start), obj, evaluations));
+                    }
+            }
+        }
+        for (Candidate& b : baselines) consider(b);
+    }
+    out.placement = best.placement;
+    out.settings = best.settings;
+    out.outcome = best.outcome;
+    out.chosen = best.chosen;
+    out.bound_seconds = obj.bound_seconds;
+    out.meets = s.kind == Strategy::Kind::Single || obj.violation(best.outcome) == 0;
+    out.plan = plan_of(tg, sys, best.placement, best.settings, out.strategy);
+    out.evaluations = evaluations;
+    return out;
+}
+
+}  // namespace joule
