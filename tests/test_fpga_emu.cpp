@@ -131,6 +131,18 @@ TEST(FpgaEmu, ModelledTimeAndEnergyAreTheTunedKernelsAndHostOpsAreRefused) {
     test::expect_error([] { FpgaEmuBackend x("fpga_emu"); }, "the emulated FPGA needs a spec");
     test::expect_error([] { FpgaEmuBackend x("fpga_emu:s11"); }, "no device named 's11'");
     EXPECT_TRUE(device_status("fpga_emu:s10").runnable);
+    // a plan's one-bitstream design: the kernel run and charged is the design's array with its own tiles
+    const predict::FpgaDesign design = predict::parse_fpga_design("4x4x4/s8");
+    FpgaEmuBackend d("fpga_emu:s10", {{"fpga_design", design.str()}});
+    auto dk = d.prepare(o.g, o.node, ptrs(buf, n.inputs), ptrs(buf, n.outputs));
+    dk->run({});
+    const predict::TunedKernel dt = predict::fpga_tune(*predict::fpga_work(o.g, o.node, DType::F32), b.spec(), 0, 0, design);
+    EXPECT_EQ(dt.config.pe_rows * dt.config.pe_cols * dt.config.vec, 64);
+    EXPECT_EQ(*dk->modelled_seconds(), dt.estimate.seconds);
+    EXPECT_GT(dt.estimate.seconds, t.estimate.seconds) << "a 64-MAC array is slower than the one tuned for the shape";
+    test::expect_error([] { FpgaEmuBackend x("fpga_emu:s10", {{"fpga_design", "4x4/s8"}}); }, "FPGA design '4x4/s8' is not ROWSxCOLSxVEC/sLANES");
+    test::expect_error([] { FpgaEmuBackend x("fpga_emu:s10", {{"clock_mhz", "fast"}}); }, "setting clock_mhz 'fast' is not a number");
+    test::expect_error([] { FpgaEmuBackend x("fpga_emu:s10", {{"turbo", "1"}}); }, "unknown setting 'turbo'");
 }
 
 TEST(FpgaEmu, LeNetWithItsGemmsOnTheFpgaTrainsLikeAllCpu) {

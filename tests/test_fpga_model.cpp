@@ -184,3 +184,46 @@ TEST(FpgaModel, TheCostInterfaceAnswersForAnFpgaThroughTheTuner) {
 
 }  // namespace
 }  // namespace joule::predict
+
+namespace joule::predict {
+namespace {
+
+TEST(FpgaModel, OneBitstreamDesignNeverReconfiguresAndCostsWhatItsArrayDoes) {
+    EXPECT_EQ(parse_fpga_design("8x16x8/s16").str(), "8x16x8/s16");
+    EXPECT_FALSE(parse_fpga_design("8x16x8/s16/sb").double_buffer);
+    EXPECT_EQ(FpgaDesign{}.str(), "per-node");
+    for (const char* bad : {"", "8x16", "8x16x8", "8x16x8/16", "8x16x8/s16/db", "3x16x8/s16", "8x16x8/s0", "0x1x1/s1", "8x16x8/s16x"})
+        EXPECT_THROW(parse_fpga_design(bad), Error) << bad;
+    const TrainGraph tg = zoo_train_graph("resnet18", 8, 32);
+    const Graph& g = tg.graph;
+    for (const char* device : {"s10", "de5", "u280"}) {
+        const DeviceModel d = load_device_model(device);
+        const FpgaDesign x = best_fpga_design(g, d);
+        ASSERT_FALSE(x.empty()) << device;
+        const hw::FpgaFabric& f = d.spec().fpga;
+        EXPECT_LE((x.pe_rows * x.pe_cols * x.vec + x.stream_vec * 4) * f.dsp_per_f32_fma, f.dsp_blocks) << device << " " << x.str();
+        Setting with;
+        with.fpga_design = x;
+        const TunedKernel* last = nullptr;
+        double design_s = 0, tuned_s = 0;
+        for (size_t i = 0; i < g.num_nodes(); ++i) {
+            if (!fpga_runs(g.node(NodeId(i)).kind)) continue;
+            const TunedKernel& k = fpga_kernel(g, NodeId(i), d, DType::F32, with);
+            if (k.config.kernel == FpgaKernel::Gemm) {
+                EXPECT_EQ(k.config.pe_rows * 10000 + k.config.pe_cols * 100 + k.config.vec, x.pe_rows * 10000 + x.pe_cols * 100 + x.vec);
+            } else {
+                EXPECT_EQ(k.config.vec, x.stream_vec);
+            }
+            if (last) {
+                EXPECT_EQ(fpga_switch_seconds(*last, k, d.spec()), 0) << device << ": one bitstream, no reconfiguration";
+            }
+            last = &k;
+            design_s += cost(g, NodeId(i), d, DType::F32, with).seconds;  // the cost interface charges the design's kernel
+            tuned_s += cost(g, NodeId(i), d, DType::F32).seconds;
+        }
+        EXPECT_GE(design_s, tuned_s * (1 - 1e-12)) << device << ": a kernel tuned for each shape is never slower";
+    }
+}
+
+}  // namespace
+}  // namespace joule::predict

@@ -92,8 +92,7 @@ struct Best {
 };
 Best brute_force(const TrainGraph& tg, const SystemModel& sys, const Strategy& s, double bound_seconds) {
     Best best;
-    const auto settings = s.objective == Strategy::Objective::Powercap ? power_settings(sys, s.watts) : std::vector<std::vector<predict::Setting>>{sys.settings};
-    for (const auto& set : settings) {
+    for (const auto& set : search_settings(tg, sys, s)) {
         const PlacementProblem pp(tg, sys, set);
         const size_t L = pp.layers().size(), D = pp.devices();
         std::vector<int> choice(L, 0);

@@ -57,7 +57,8 @@ TEST(PlanFile, RoundTripsAndMatchesLayersByGlobFirstMatchWins) {
                                   "storage:\n"
                                   "  - {tensor: \"conv1\", dtype: f32}\n"
                                   "devices:\n"
-                                  "  cpu: {power_limit_w: 100}\n",
+                                  "  cpu: {power_limit_w: 100}\n"
+                                  "  fpga_emu:s10: {fpga_design: \"8x16x8/s16\"}\n",
                               "p.yaml");
     const Plan q = parse_plan(plan_to_yaml(p), "again");
     EXPECT_EQ(q.fingerprint, p.fingerprint);
@@ -66,6 +67,7 @@ TEST(PlanFile, RoundTripsAndMatchesLayersByGlobFirstMatchWins) {
     EXPECT_EQ(*q.entries[1].dtype, DType::BF16);
     EXPECT_EQ(q.storage.size(), 1u);
     EXPECT_DOUBLE_EQ(*q.devices.at("cpu").power_limit_w, 100);
+    EXPECT_EQ(*q.devices.at("fpga_emu:s10").fpga_design, "8x16x8/s16");
     std::vector<std::string> origin;
     const TrainGraph d = decide(n.train, p, &origin, nullptr);
     for (size_t k = 0; k < d.graph.num_nodes(); ++k) {
@@ -108,6 +110,7 @@ TEST(PlanFile, EveryBadPlanIsAClearErrorNamingWhere) {
     expect_error(lowered(h + "storage:\n  - {tensor: zzz, dtype: bf16}\n"), "no tensor is named 'zzz'");
     expect_error(lowered(h + "storage:\n  - {tensor: conv1.weight, dtype: bf16}\n"), "master copy");
     expect_error(lowered(h + "devices:\n  cpu: {power_limit_w: -3}\n"), "positive");
+    expect_error(lowered(h + "devices:\n  fpga_emu:s10: {fpga_design: 8x16}\n"), "bad.yaml:4: FPGA design '8x16' is not ROWSxCOLSxVEC/sLANES");
     expect_error(lowered(h + "default: {device: cpu, dtype: bf16, speed: 2}\n"), "unknown key 'speed'");
     expect_error(lowered(h + "entries:\n  - {layer: conv1, options: {[a]: b}}\n"), "bad.yaml:4: not a valid plan file");  // found by fuzz_plan
     expect_error([] { read_plan_file("/nonexistent/plan.yaml"); }, "no such plan file");

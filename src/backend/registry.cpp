@@ -26,7 +26,10 @@ const Entry kBackends[] = {
      }},
     {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", nullptr},
 #ifdef JOULE_HAVE_FPGA_EMU
-    {"fpga_emu", true, "", [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> { return std::make_unique<FpgaEmuBackend>(d); }},
+    {"fpga_emu", true, "", [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+         const auto it = o.settings.find(d);
+         return std::make_unique<FpgaEmuBackend>(d, it == o.settings.end() ? std::map<std::string, std::string>{} : it->second);
+     }},
 #else
     {"fpga_emu", false, "this build has no emulated FPGA backend (configure with -DJOULE_ENABLE_FPGA_EMU=ON)", nullptr},
 #endif
@@ -77,6 +80,15 @@ Backend& BackendSet::get(const std::string& device) {
     if (!s.runnable) throw Error(s.reason);
     auto b = find(parse_device(device).backend)->make(device, opts_);
     return *backends_.emplace(device, std::move(b)).first->second;
+}
+
+void BackendSet::set_settings(const std::string& device, const std::map<std::string, std::string>& settings) {
+    const std::string backend = parse_device(device).backend;
+    if (backend == "cpu" || backend == "reference") return;  // this machine itself: a power limit is for the planners' models
+    auto& mine = opts_.settings[device];
+    if (mine == settings) return;
+    if (backends_.count(device)) throw Error("device '" + device + "' was created before its settings arrived", "set a device's settings before its first use");
+    mine = settings;
 }
 
 int BackendSet::threads() { return get("cpu").threads(); }

@@ -18,6 +18,9 @@ namespace joule {
 
 struct BackendOptions {
     int threads = 0;  // host threads for backends that compute on the CPU (0: all cores)
+    // per device: the plan's settings as text (power_limit_w, clock_mhz, fpga_design), for the backends
+    // that model a device (an emulated FPGA runs the plan's bitstream design)
+    std::map<std::string, std::map<std::string, std::string>> settings;
 };
 
 // "fpga_emu:s10" -> {"fpga_emu", "s10"}; "cpu" -> {"cpu", ""}.
@@ -41,6 +44,9 @@ class BackendSet {
 public:
     explicit BackendSet(BackendOptions opts = {}) : opts_(opts) {}
     Backend& get(const std::string& device);
+    // Settings for a device's backend, before it is created (Error when it exists with other settings);
+    // the backends that are this machine (cpu, reference) take none and ignore them.
+    void set_settings(const std::string& device, const std::map<std::string, std::string>& settings);
     const BackendOptions& options() const { return opts_; }
     // Host threads of the cpu backend (created if needed): what run reports print.
     int threads();

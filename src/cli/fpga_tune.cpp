@@ -73,7 +73,7 @@ void add_fpga_tune(CLI::App& app) {
         if (spec.kind != "fpga") throw Error("--device " + f->device + ": " + spec.name + " is a " + spec.kind + ", not an FPGA", "choose s10, a10, de5, u250 or u280");
         const DType dtype = parse_dtype(f->net.dtype);
         if (!d.has(dtype)) throw Error("--dtype " + f->net.dtype + ": " + spec.name + " has no " + f->net.dtype + " arithmetic");
-        const double clock = d.clock_mhz({0, f->clock_mhz});
+        const double clock = d.clock_mhz({.clock_mhz = f->clock_mhz});
         TrainGraph tg;  // --gemm: none
         if (f->gemm.empty()) tg = train_graph_of(f->net);
         const Graph& g = tg.graph;
@@ -110,6 +110,20 @@ void add_fpga_tune(CLI::App& app) {
                 switches_s += s, switches += s > 0;
             }
         }
+        // one bitstream for the whole net: the design planners weigh against per-node kernels and their switches
+        predict::FpgaDesign design;
+        double design_seconds = 0, design_joules = 0;
+        if (f->gemm.empty() && !f->forward && dtype == DType::F32) {
+            const predict::Setting setting{.power_limit_w = f->power_limit_w, .clock_mhz = f->clock_mhz};
+            design = predict::best_fpga_design(g, d, setting);
+            predict::Setting with = setting;
+            with.fpga_design = design;
+            for (size_t i = 0; i < g.num_nodes() && !design.empty(); ++i) {
+                if (!predict::fpga_runs(g.node(NodeId(i)).kind)) continue;
+                const predict::FpgaEstimate& e = predict::fpga_kernel(g, NodeId(i), d, DType::F32, with).estimate;
+                design_seconds += e.seconds, design_joules += e.dynamic_joules + e.static_joules;
+            }
+        }
         if (f->json) {
             nlohmann::json nodes = nlohmann::json::array();
             for (const Row& r : rows) {
@@ -126,7 +140,8 @@ void add_fpga_tune(CLI::App& app) {
                                         {"clock_mhz", clock}, {"power_limit_w", f->power_limit_w}, {"nodes", nodes}, {"host_nodes", host},
                                         {"seconds", seconds}, {"joules", joules}, {"gflops", seconds > 0 ? flops / seconds * 1e-9 : 0},
                                         {"gflops_per_watt", joules > 0 ? flops * 1e-9 / joules : 0}, {"configurations", configs.size()},
-                                        {"switches", switches}, {"switch_seconds", switches_s}, {"tune_seconds", tune_s}}
+                                        {"switches", switches}, {"switch_seconds", switches_s}, {"tune_seconds", tune_s},
+                                        {"design", {{"name", design.str()}, {"seconds", design_seconds}, {"joules", design_joules}}}}
                              .dump(2)
                       << '\n';
             return;
@@ -151,6 +166,9 @@ void add_fpga_tune(CLI::App& app) {
                   << " GFLOP/s, " << fixed(flops * 1e-9 / joules, 2) << " GFLOPS/W\n"
                   << "in graph order the kernels switch " << switches << " times where two configurations do not fit one bitstream: +"
                   << fixed(switches_s, 2) << " s of reconfiguration (" << fixed(spec.fpga.reconfig_ms, 0) << " ms each) -- a schedule's cost, not a node's\n";
+        if (!design.empty())
+            std::cout << "one bitstream for every node instead: design " << design.str() << " (PE array / stream lanes, tiles per node): sum of node times "
+                      << fixed(design_seconds * 1e3, 2) << " ms, " << fixed(design_joules, 3) << " J, no switches\n";
     });
 }
 

@@ -40,6 +40,25 @@ Row run(const TrainGraph& tg, const SystemModel& sys, const Strategy& st) {
 
 std::string percent(double x) { return (x >= 0 ? "+" : "") + fixed(100 * x, 1) + " %"; }
 
+// What GPU power management alone does under a cap: per GPU of the system, the GPU-only plan with the
+// GPU's own power limit at the cap (within its range).
+struct Limited {
+    std::string device;
+    double limit_w = 0;
+    Row row;
+};
+std::vector<Limited> gpu_power_limiting(const TrainGraph& tg, const SystemModel& sys, double cap) {
+    std::vector<Limited> out;
+    for (size_t d = 0; d < sys.devices.size(); ++d) {
+        const hw::DeviceSpec& spec = sys.devices[d].spec();
+        if (spec.kind != "gpu" || !spec.settable_power()) continue;
+        SystemModel limited = sys;
+        limited.settings[d].power_limit_w = std::clamp(cap, spec.power_limit_min_w, spec.power_limit_max_w);
+        out.push_back({sys.plan_devices[d], limited.settings[d].power_limit_w, run(tg, limited, parse_strategy("single:" + sys.plan_devices[d]))});
+    }
+    return out;
+}
+
 nlohmann::json to_json(const Row& r) {
     return {{"strategy", r.placed.strategy},
             {"chosen", r.placed.chosen},
@@ -175,6 +194,15 @@ void add_plan(CLI::App& app) {
                 nlohmann::json b = nlohmann::json::array();
                 for (const Row& r : base) b.push_back(to_json(r));
                 doc["baselines"] = b;
+                if (strategies.front().objective == Strategy::Objective::Powercap) {
+                    nlohmann::json g = nlohmann::json::array();
+                    for (const Limited& l : gpu_power_limiting(tg, sys, strategies.front().watts)) {
+                        nlohmann::json j = to_json(l.row);
+                        j["device"] = l.device, j["limit_w"] = l.limit_w;
+                        g.push_back(std::move(j));
+                    }
+                    doc["gpu_power_limiting"] = g;
+                }
             }
             std::cout << doc.dump(2) << '\n';
             return;
@@ -212,15 +240,10 @@ void add_plan(CLI::App& app) {
                 for (size_t d = 0; d < sys.plan_devices.size(); ++d)
                     if (mine.placed.settings[d].power_limit_w > 0) std::cout << " " << sys.plan_devices[d] << " limit " << fixed(mine.placed.settings[d].power_limit_w, 0) << " W";
                 std::cout << "\n";
-                // what GPU power management alone does: the GPU-only plan with the GPU's limit at the cap
-                for (size_t d = 0; d < sys.devices.size(); ++d) {
-                    const hw::DeviceSpec& spec = sys.devices[d].spec();
-                    if (spec.kind != "gpu" || !spec.settable_power()) continue;
-                    SystemModel limited = sys;
-                    limited.settings[d].power_limit_w = std::clamp(st.watts, spec.power_limit_min_w, spec.power_limit_max_w);
-                    const Row g = run(tg, limited, parse_strategy("single:" + sys.plan_devices[d]));
-                    std::cout << "GPU power limiting: " << g.placed.strategy << " at a " << fixed(limited.settings[d].power_limit_w, 0) << " W limit takes "
-                              << fixed(g.s.seconds * 1e3, 2) << " ms at " << fixed(g.placed.outcome.capped_watts, 1) << " W capped"
+                for (const Limited& l : gpu_power_limiting(tg, sys, st.watts)) {
+                    const Row& g = l.row;
+                    std::cout << "GPU power limiting: " << g.placed.strategy << " at a " << fixed(l.limit_w, 0) << " W limit takes " << fixed(g.s.seconds * 1e3, 2)
+                              << " ms at " << fixed(g.placed.outcome.capped_watts, 1) << " W capped"
                               << (g.placed.outcome.capped_watts > st.watts * (1 + 1e-9) ? " (over the cap)" : "") << "; " << mine.placed.strategy << " is "
                               << fixed(g.s.seconds / mine.s.seconds, 2) << "x its speed\n";
                 }

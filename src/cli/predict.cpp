@@ -50,7 +50,7 @@ void add_predict(CLI::App& app) {
         if (!d.has(dtype))
             throw Error("device '" + spec.name + "' has no " + f->net.dtype + " compute path (" + spec.path + ")",
                         std::string("choose a dtype it has:") + (d.has(DType::BF16) ? " bf16" : "") + (d.has(DType::F16) ? " f16" : "") + " f32");
-        const predict::Setting setting{f->power_limit, f->clock};
+        const predict::Setting setting{.power_limit_w = f->power_limit, .clock_mhz = f->clock};
         const double clock = d.clock_mhz(setting), limit = d.power_limit_w(setting);  // checks the setting
         const LoweredGraph lg = lower_net(f->net, &d);
         const Graph& g = lg.train.graph;

@@ -242,7 +242,7 @@ Strategy parse_strategy(const std::string& text) {
     } else if (!rest("powercap:").empty()) {
         s.kind = Strategy::Kind::Powercap, s.objective = Strategy::Objective::Powercap, s.watts = number(rest("powercap:"), "the cap", 1e-9);
     } else if (!rest("single:").empty()) {
-        s.kind = Strategy::Kind::Single, s.device = rest("single:");
+        s.kind = Strategy::Kind::Single, s.objective = Strategy::Objective::Time, s.device = rest("single:");
     } else if (text == "exact") {
         s.kind = Strategy::Kind::Exact;
     } else if (text == "exact:time") {
@@ -268,10 +268,11 @@ Plan plan_of(const TrainGraph& tg, const SystemModel& sys, const PlacementProble
         if (p[i] != sys.host) plan.entries.push_back({PlanEntry::Match::Node, g.node(NodeId(i)).name, sys.plan_devices[size_t(p[i])], std::nullopt, {}, plan.origin});
     for (size_t d = 0; d < settings.size(); ++d) {
         const predict::Setting& s = settings[d];
-        if (s.power_limit_w > 0 || s.clock_mhz > 0) {
+        if (s.power_limit_w > 0 || s.clock_mhz > 0 || !s.fpga_design.empty()) {
             DeviceSettings& x = plan.devices[sys.plan_devices[d]];
             if (s.power_limit_w > 0) x.power_limit_w = s.power_limit_w;
             if (s.clock_mhz > 0) x.clock_mhz = s.clock_mhz;
+            if (!s.fpga_design.empty()) x.fpga_design = s.fpga_design.str();
         }
     }
     return plan;
@@ -342,47 +343,66 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
             }
         return sj;
     };
-    for (const std::vector<std::vector<int>>* units : {&pp.layers(), const_cast<const std::vector<std::vector<int>>*>(&atoms)})
-        for (int passes = 0, steps = 0;;) {  // at most 10 steepest steps, then 20 passes
-            const bool violated = obj.violation(c.outcome) > 0;
-            if (violated ? ++steps > 10 : ++passes > 20) break;
-            struct Move {
-                size_t unit;
-                int device;
-                double rank;
-            };
-            std::vector<Move> moves;
-            for (size_t u = 0; u < units->size(); ++u) {
-                const auto [secs, joules] = unit_cost((*units)[u], c.placement);
-                for (size_t d = 0; d < pp.devices(); ++d) {
+    const size_t L = pp.layers().size(), D = pp.devices();
+    for (int round = 0; round < 5; ++round) {
+        for (const std::vector<std::vector<int>>* units : {&pp.layers(), const_cast<const std::vector<std::vector<int>>*>(&atoms)})
+            for (int passes = 0, steps = 0;;) {  // at most 10 steepest steps, then 20 passes
+                const bool violated = obj.violation(c.outcome) > 0;
+                if (violated ? ++steps > 10 : ++passes > 20) break;
+                struct Move {
+                    size_t unit;
+                    int device;
+                    double rank;
+                };
+                std::vector<Move> moves;
+                for (size_t u = 0; u < units->size(); ++u) {
+                    const auto [secs, joules] = unit_cost((*units)[u], c.placement);
+                    for (size_t d = 0; d < pp.devices(); ++d) {
+                        Placement q = c.placement;
+                        put(pp, q, (*units)[u], int(d));
+                        if (q == c.placement) continue;
+                        const auto [s2, j2] = unit_cost((*units)[u], q);
+                        const double dt = s2 - secs, dj = j2 - joules;
+                        const bool energy = obj.kind == Strategy::Objective::Energy;
+                        if (violated) moves.push_back({u, int(d), dt});
+                        else if (energy ? dj < 0 || dt < 0 : dt < 0) moves.push_back({u, int(d), energy ? dj : dt});
+                    }
+                }
+                std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.rank < b.rank; });
+                bool moved = false;
+                Candidate steepest = c;
+                for (const Move& m : moves) {
                     Placement q = c.placement;
-                    put(pp, q, (*units)[u], int(d));
+                    put(pp, q, (*units)[m.unit], m.device);
                     if (q == c.placement) continue;
-                    const auto [s2, j2] = unit_cost((*units)[u], q);
-                    const double dt = s2 - secs, dj = j2 - joules;
-                    const bool energy = obj.kind == Strategy::Objective::Energy;
-                    if (violated) moves.push_back({u, int(d), dt});
-                    else if (energy ? dj < 0 || dt < 0 : dt < 0) moves.push_back({u, int(d), energy ? dj : dt});
+                    const Outcome o = pp.evaluate(q);
+                    ++evaluations;
+                    if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
+                        if (obj.better(o, steepest.outcome)) steepest.placement = std::move(q), steepest.outcome = o, moved = true;
+                    } else if (obj.better(o, c.outcome)) {
+                        c.placement = std::move(q), c.outcome = o, moved = true;
+                    }
                 }
+                if (violated && moved) c = std::move(steepest);
+                if (!moved) break;
             }
-            std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.rank < b.rank; });
-            bool moved = false;
-            Candidate steepest = c;
-            for (const Move& m : moves) {
-                Placement q = c.placement;
-                put(pp, q, (*units)[m.unit], m.device);
-                if (q == c.placement) continue;
-                const Outcome o = pp.evaluate(q);
-                ++evaluations;
-                if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
-                    if (obj.better(o, steepest.outcome)) steepest.placement = std::move(q), steepest.outcome = o, moved = true;
-                } else if (obj.better(o, c.outcome)) {
-                    c.placement = std::move(q), c.outcome = o, moved = true;
-                }
-            }
-            if (violated && moved) c = std::move(steepest);
-            if (!moved) break;
-        }
+        // small nets: two layers moved at once, where no single move helps (one onto the FPGA, one off it)
+        if (L * (D - 1) > 48) break;
+        bool moved = false;
+        for (size_t a = 0; a < L && !moved; ++a)
+            for (size_t b = a + 1; b < L && !moved; ++b)
+                for (size_t da = 0; da < D && !moved; ++da)
+                    for (size_t db = 0; db < D && !moved; ++db) {
+                        Placement q = c.placement;
+                        put(pp, q, pp.layers()[a], int(da));
+                        put(pp, q, pp.layers()[b], int(db));
+                        if (q == c.placement) continue;
+                        const Outcome o = pp.evaluate(q);
+                        ++evaluations;
+                        if (obj.better(o, c.outcome)) c.placement = std::move(q), c.outcome = o, moved = true;
+                    }
+        if (!moved) break;
+    }
     return c;
 }
 
@@ -558,19 +578,25 @@ bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, lo
 
 }  // namespace
 
-std::vector<std::vector<predict::Setting>> power_settings(const SystemModel& sys, double cap) {
+std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
     std::vector<std::vector<predict::Setting>> all{sys.settings};
     for (size_t d = 0; d < sys.devices.size(); ++d) {
         const hw::DeviceSpec& spec = sys.devices[d].spec();
-        if (spec.kind != "gpu" || spec.power_limit_max_w <= 0) continue;
-        std::vector<double> limits;
-        for (int q = 0; q <= 4; ++q) limits.push_back(spec.power_limit_min_w + (spec.power_limit_max_w - spec.power_limit_min_w) * q / 4);
-        if (cap > spec.power_limit_min_w && cap < spec.power_limit_max_w) limits.push_back(cap);
+        std::vector<predict::Setting> options;
+        if (spec.kind == "gpu" && spec.settable_power() && s.objective == Strategy::Objective::Powercap) {
+            for (int q = 0; q <= 4; ++q) options.push_back({.power_limit_w = spec.power_limit_min_w + (spec.power_limit_max_w - spec.power_limit_min_w) * q / 4});
+            if (s.watts > spec.power_limit_min_w && s.watts < spec.power_limit_max_w) options.push_back({.power_limit_w = s.watts});
+        } else if (spec.kind == "fpga" && sys.settings[d].fpga_design.empty()) {
+            predict::Setting design = sys.settings[d];
+            design.fpga_design = predict::best_fpga_design(tg.graph, sys.devices[d], design);
+            if (!design.fpga_design.empty()) options = {sys.settings[d], design};
+        }
+        if (options.empty()) continue;
         std::vector<std::vector<predict::Setting>> next;
-        for (const auto& s : all)
-            for (double w : limits) {
-                next.push_back(s);
-                next.back()[d].power_limit_w = w;
+        for (const auto& set : all)
+            for (const predict::Setting& o : options) {
+                next.push_back(set);
+                next.back()[d] = o;
             }
         all = std::move(next);
     }
@@ -587,17 +613,35 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
     auto consider = [&](Candidate c) {
         if (best.placement.empty() || obj.better(c.outcome, best.outcome)) best = std::move(c);
     };
-    // one problem per setting the strategy searches (powercap: each GPU's power limits)
-    const std::vector<std::vector<predict::Setting>> settings =
-        s.objective == Strategy::Objective::Powercap ? power_settings(sys, s.watts) : std::vector<std::vector<predict::Setting>>{sys.settings};
+    // one problem per setting searched (FPGA designs; powercap: GPU power limits), each with the
+    // single-device placements: the baselines, a device at its best setting
     const PlacementProblem base(tg, sys);
-    std::vector<Candidate> baselines;
-    for (size_t d = 0; d < D; ++d) baselines.push_back(single(base, int(d), evaluations));
     auto is_default = [&](const std::vector<predict::Setting>& set) {
         for (size_t d = 0; d < D; ++d)
-            if (set[d].power_limit_w != sys.settings[d].power_limit_w || set[d].clock_mhz != sys.settings[d].clock_mhz) return false;
+            if (set[d].power_limit_w != sys.settings[d].power_limit_w || set[d].clock_mhz != sys.settings[d].clock_mhz ||
+                !(set[d].fpga_design == sys.settings[d].fpga_design))
+                return false;
         return true;
     };
+    struct Level {
+        std::unique_ptr<PlacementProblem> own;
+        const PlacementProblem* pp = nullptr;
+        std::vector<Candidate> seeds;
+    };
+    std::vector<Level> levels;
+    std::vector<Candidate> baselines(D);  // per device: its fastest single placement
+    for (const std::vector<predict::Setting>& set : search_settings(tg, sys, s)) {
+        Level l;
+        if (!is_default(set)) l.own = std::make_unique<PlacementProblem>(tg, sys, set);
+        l.pp = l.own ? l.own.get() : &base;
+        for (size_t d = 0; d < D; ++d) {
+            l.seeds.push_back(single(*l.pp, int(d), evaluations));
+            Candidate& b = baselines[d];
+            const Outcome& o = l.seeds.back().outcome;
+            if (b.placement.empty() || (o.fits && (!b.outcome.fits || o.seconds < b.outcome.seconds * (1 - 1e-12)))) b = l.seeds.back();
+        }
+        levels.push_back(std::move(l));
+    }
     if (s.kind == Strategy::Kind::Single) {
         best = baselines[size_t(sys.index_of(s.device))];
         best.chosen = "its own plan";
@@ -606,18 +650,8 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
         for (const Candidate& b : baselines)
             if (b.outcome.fits) obj.bound_seconds = std::min(obj.bound_seconds, b.outcome.seconds * (1 + s.slack));
         if (!std::isfinite(obj.bound_seconds)) obj.bound_seconds = 0;  // nothing fits: every plan violates
-        // one problem per setting searched (powercap: each GPU's power limits), each with its seeds
-        struct Level {
-            std::unique_ptr<PlacementProblem> own;
-            const PlacementProblem* pp = nullptr;
-            std::vector<Candidate> seeds;
-        };
-        std::vector<Level> levels;
-        for (const std::vector<predict::Setting>& set : settings) {
-            Level l;
-            if (!is_default(set)) l.own = std::make_unique<PlacementProblem>(tg, sys, set);
-            l.pp = l.own ? l.own.get() : &base;
-            for (size_t d = 0; d < D; ++d) l.seeds.push_back(single(*l.pp, int(d), evaluations));
+        for (Level& l : levels) {
+            const std::vector<predict::Setting>& set = l.pp->settings();
             auto own = [&](Placement p) {
                 Candidate c;
                 c.placement = std::move(p);
@@ -634,6 +668,8 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
                 case Strategy::Kind::Powercap:
                     l.seeds.push_back(own(per_layer_best(*l.pp, [](double, double e) { return e; })));
                     l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double) { return t; })));
+                    l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double e) { return t * e; })));  // cnnlab's
+                    l.seeds.push_back(own(heft(*l.pp)));
                     break;
                 case Strategy::Kind::Exact: {
                     Candidate c = best;  // the incumbent so far (none at first: the baselines follow)
@@ -652,12 +688,12 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
                 case Strategy::Kind::Single: break;
             }
             for (const Candidate& c : l.seeds) consider(c);
-            levels.push_back(std::move(l));
         }
         if (s.kind == Strategy::Kind::Energy || s.kind == Strategy::Kind::Powercap) {
             // local search on the three settings whose seeds promise most (the value, 10 % worse per 1 %
-            // over the constraint: a seed slightly over a cap is often one repair from the best plan); on
-            // each, from every seed within the constraint and from the one closest to it of those outside.
+            // over the constraint: a seed slightly over a cap is often one repair from the best plan), on
+            // every setting for nets of at most 48 layer moves; on each, from every seed within the
+            // constraint and from the one closest to it of those outside.
             // On ResNet-18/50, VGG-16 and MobileNetV2 under caps of 150-300 W this finds what searching every
             // setting finds but once (VGG-16 at 250 W: 2 % slower), in a third of the time.
             auto score = [&](const Level& l) {
@@ -666,7 +702,8 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
                 return v;
             };
             std::stable_sort(levels.begin(), levels.end(), [&](const Level& a, const Level& b) { return score(a) < score(b); });
-            for (size_t k = 0; k < levels.size() && k < 3; ++k) {
+            const size_t searched = base.layers().size() * (D - 1) <= 48 ? levels.size() : 3;  // small nets: every setting
+            for (size_t k = 0; k < levels.size() && k < searched; ++k) {
                 const Candidate* closest = nullptr;
                 for (const Candidate& c : levels[k].seeds)
                     if (obj.violation(c.outcome) > 0 && (!closest || obj.better(c.outcome, closest->outcome))) closest = &c;

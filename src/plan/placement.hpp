@@ -126,9 +126,11 @@ struct Placed {
 // Raises Error for an exact search beyond its budget or a single:<device> the system lacks.
 Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s);
 
-// The device settings powercap:<W> searches: each GPU's power limit over its range in quarters, and at W
-// when W is inside it (all combinations); the other devices at sys.settings.
-std::vector<std::vector<predict::Setting>> power_settings(const SystemModel& sys, double cap);
+// The device settings a strategy searches, all combinations of: each FPGA per-node kernels (switches
+// charged) or the one-bitstream design best for the graph (predict::best_fpga_design); under
+// powercap:<W>, each GPU's power limit over its range in quarters and at W when W is inside it. The
+// other devices at sys.settings; the first combination is sys.settings itself.
+std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg, const SystemModel& sys, const Strategy& s);
 
 // The plan that runs placement p (node entries for every node off the host) with the devices' settings.
 Plan plan_of(const TrainGraph& tg, const SystemModel& sys, const PlacementProblem::Placement& p, const std::vector<predict::Setting>& settings,

@@ -10,6 +10,7 @@
 
 #include "graph/error.hpp"
 #include "hw/yaml_file.hpp"
+#include "predict/fpga_model.hpp"
 
 namespace joule {
 
@@ -187,10 +188,18 @@ Plan parse_plan(const std::string& text, const std::string& origin) try {
     if (const YAML::Node ds = y["devices"]) {
         if (!ds.IsMap()) r.fail(ds, "devices must be a map of device -> settings");
         for (const auto& kv : ds) {
-            r.keys(kv.second, {"power_limit_w", "clock_mhz"}, "device settings");
+            r.keys(kv.second, {"power_limit_w", "clock_mhz", "fpga_design"}, "device settings");
             DeviceSettings s;
             if (kv.second["power_limit_w"]) s.power_limit_w = r.positive(kv.second["power_limit_w"], "power_limit_w");
             if (kv.second["clock_mhz"]) s.clock_mhz = r.positive(kv.second["clock_mhz"], "clock_mhz");
+            if (const YAML::Node fd = kv.second["fpga_design"]) {
+                try {
+                    predict::parse_fpga_design(fd.as<std::string>());
+                } catch (const Error& e) {
+                    r.fail(fd, e.what());
+                }
+                s.fpga_design = fd.as<std::string>();
+            }
             p.devices[kv.first.as<std::string>()] = s;
         }
     }
@@ -247,6 +256,7 @@ std::string plan_to_yaml(const Plan& p) {
             out << YAML::Key << d << YAML::Value << YAML::Flow << YAML::BeginMap;
             if (s.power_limit_w) out << YAML::Key << "power_limit_w" << YAML::Value << *s.power_limit_w;
             if (s.clock_mhz) out << YAML::Key << "clock_mhz" << YAML::Value << *s.clock_mhz;
+            if (s.fpga_design) out << YAML::Key << "fpga_design" << YAML::Value << YAML::DoubleQuoted << *s.fpga_design;
             out << YAML::EndMap;
         }
         out << YAML::EndMap;

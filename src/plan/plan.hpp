@@ -46,6 +46,7 @@ struct StorageEntry {
 
 struct DeviceSettings {
     std::optional<double> power_limit_w, clock_mhz;
+    std::optional<std::string> fpga_design;  // an FPGA's bitstream (predict::FpgaDesign's text, checked on reading)
 };
 
 struct Plan {

@@ -58,6 +58,7 @@ std::vector<predict::Setting> SystemModel::settings_of(const Plan& p) const {
     for (const auto& [device, set] : p.devices) {
         predict::Setting& x = s[size_t(index_of(device))];
         x.power_limit_w = set.power_limit_w.value_or(0), x.clock_mhz = set.clock_mhz.value_or(0);
+        x.fpga_design = set.fpga_design ? predict::parse_fpga_design(*set.fpga_design) : predict::FpgaDesign{};
     }
     return s;
 }

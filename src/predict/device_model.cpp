@@ -98,20 +98,21 @@ struct DeviceModel::FpgaCache {
 namespace {
 
 // The kernel the tuner picks for work w at clock f under a power limit (0: none), cached per shape and setting.
-const TunedKernel& tuned_kernel(const FpgaWork& w, const DeviceModel& d, double f, double limit) {
+const TunedKernel& tuned_kernel(const FpgaWork& w, const DeviceModel& d, double f, double limit, const FpgaDesign& design) {
     std::ostringstream key;
     key << int(w.kernel) << ' ' << int(w.dtype) << ' ' << w.element_bytes << ' ' << w.m << ' ' << w.n << ' ' << w.k << ' ' << w.groups << ' ' << w.a_bytes << ' '
         << w.b_bytes << ' ' << w.c_bytes << ' ' << w.elements << ' ' << w.flops_per_element << ' ' << w.passes << ' ' << w.bytes << ' ' << w.flops << ' ' << f
-        << ' ' << limit;
+        << ' ' << limit << ' ' << design.str();
     auto& cache = d.fpga_cache().tuned;
     auto it = cache.find(key.str());
-    if (it == cache.end()) it = cache.emplace(key.str(), fpga_tune(w, d.spec(), f, limit)).first;
+    if (it == cache.end()) it = cache.emplace(key.str(), fpga_tune(w, d.spec(), f, limit, design)).first;
     return it->second;
 }
 
 struct FpgaNode {
     FpgaWork work;
     double clock_mhz, limit_w;
+    FpgaDesign design;
 };
 
 FpgaNode fpga_node(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
@@ -121,13 +122,13 @@ FpgaNode fpga_node(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, 
                     "it runs on the host; ask predict::fpga_runs() before costing a node on an FPGA");
     if (s.power_limit_w < 0 || !std::isfinite(s.power_limit_w)) throw Error("a device setting must be a positive clock or power limit");
     if (s.clock_mhz > 0 && s.power_limit_w > 0) throw Error("a device setting is a clock or a power limit, not both");
-    return {*w, d.clock_mhz({0, s.clock_mhz}), s.power_limit_w};
+    return {*w, d.clock_mhz({.clock_mhz = s.clock_mhz}), s.power_limit_w, s.fpga_design};
 }
 
 // An FPGA node: the tuned kernel of its work at the setting (a limit: the fastest kernel under it).
 Cost fpga_cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
     const FpgaNode x = fpga_node(g, n, d, dtype, s);
-    const TunedKernel& k = tuned_kernel(x.work, d, x.clock_mhz, x.limit_w);
+    const TunedKernel& k = tuned_kernel(x.work, d, x.clock_mhz, x.limit_w, x.design);
     Cost c;
     c.seconds = k.estimate.seconds;
     c.joules = k.estimate.dynamic_joules;
@@ -135,7 +136,7 @@ Cost fpga_cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, cons
     c.flops = x.work.flops;
     c.roofline_s = roofline(x.work.flops, c.bytes, d.peak_flops(x.work.dtype, x.clock_mhz), d.bandwidth()).seconds();
     c.clock_mhz = x.clock_mhz;
-    c.throttled = x.limit_w > 0 && k.estimate.seconds > tuned_kernel(x.work, d, x.clock_mhz, 0).estimate.seconds;
+    c.throttled = x.limit_w > 0 && k.estimate.seconds > tuned_kernel(x.work, d, x.clock_mhz, 0, x.design).estimate.seconds;
     return c;
 }
 
@@ -243,7 +244,57 @@ GraphCost graph_cost(const Graph& g, const DeviceModel& d, const Setting& s) {
 
 const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
     const FpgaNode x = fpga_node(g, n, d, dtype, s);
-    return tuned_kernel(x.work, d, x.clock_mhz, x.limit_w);
+    return tuned_kernel(x.work, d, x.clock_mhz, x.limit_w, x.design);
+}
+
+FpgaDesign best_fpga_design(const Graph& g, const DeviceModel& d, const Setting& s) {
+    if (d.spec().kind != "fpga") throw Error("internal: an FPGA design for " + d.spec().name);
+    std::vector<NodeId> nodes;
+    std::map<std::pair<int, int>, int> arrays_seen;  // (index in `candidates`, votes)
+    std::vector<FpgaDesign> candidates;
+    std::map<int, int> lanes;  // stream lanes -> nodes that pick them
+    Setting own = s;
+    own.fpga_design = {};
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const Node& n = g.node(NodeId(i));
+        if (!fpga_runs(n.kind) || (n.compute != DType::F32 && !d.has(n.compute))) continue;
+        nodes.push_back(NodeId(i));
+        const FpgaConfig& c = fpga_kernel(g, NodeId(i), d, n.compute, own).config;
+        if (c.kernel == FpgaKernel::Stream) {
+            ++lanes[c.vec];
+            continue;
+        }
+        FpgaDesign x;
+        x.pe_rows = c.pe_rows, x.pe_cols = c.pe_cols, x.vec = c.vec, x.double_buffer = c.double_buffer;
+        if (std::find(candidates.begin(), candidates.end(), x) == candidates.end()) candidates.push_back(x);
+    }
+    int stream_vec = 1, votes = -1;
+    for (const auto& [v, k] : lanes)
+        if (k > votes) stream_vec = v, votes = k;
+    FpgaDesign best;
+    double best_seconds = INFINITY;
+    // an array the tuner sized for the whole fabric leaves the stream kernel no DSPs: halve its largest
+    // dimension until both fit (the stream kernel reserves 4 multiply-adds a lane: batch norm's 8 FLOPs)
+    const hw::FpgaFabric& fabric = d.spec().fpga;
+    for (FpgaDesign& x : candidates) {
+        x.stream_vec = stream_vec;
+        while (x.pe_rows * x.pe_cols * x.vec * fabric.dsp_per_f32_fma + x.stream_vec * 4 * fabric.dsp_per_f32_fma > fabric.dsp_blocks &&
+               x.pe_rows * x.pe_cols * x.vec > 1) {
+            int& largest = x.pe_rows >= x.pe_cols && x.pe_rows >= x.vec ? x.pe_rows : x.pe_cols >= x.vec ? x.pe_cols : x.vec;
+            largest /= 2;
+        }
+    }
+    for (const FpgaDesign& x : candidates) {
+        own.fpga_design = x;
+        double total = 0;
+        try {
+            for (NodeId n : nodes) total += cost(g, n, d, g.node(n).compute, own).seconds;
+        } catch (const Error&) {
+            continue;  // some node has no configuration beside the other kernel
+        }
+        if (total < best_seconds) best_seconds = total, best = x;
+    }
+    return best;
 }
 
 Cost cast_cost(double elements, DType from, DType to, const DeviceModel& d, const Setting& s) {

@@ -52,6 +52,7 @@ namespace joule::predict {
 struct Setting {
     double power_limit_w = 0;
     double clock_mhz = 0;
+    FpgaDesign fpga_design;  // FPGAs: the bitstream's kernels (empty: each node its own tuned kernel)
 };
 
 struct Cost {
@@ -111,6 +112,12 @@ Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Set
 // FPGAs: the tuned kernel cost() charges node n at the setting (cached per shape and setting) -- what a
 // schedule compares to price a configuration switch. Error as cost() for a node without an FPGA kernel.
 const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s = {});
+
+// FPGAs: the design (one bitstream, see FpgaDesign) that runs every FPGA node of g in the least total
+// time: candidates are the PE arrays the tuner picks node by node, each with the stream lanes it picks
+// most often (double buffering as most arrays have it), costed on every node; the empty design when
+// none fits beside its stream kernel. Its node costs land in the device's cache.
+FpgaDesign best_fpga_design(const Graph& g, const DeviceModel& d, const Setting& s = {});
 
 // The same for a precomputed node description (what cost() derives from the graph), for callers that
 // ask about one node under many settings.

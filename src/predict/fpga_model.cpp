@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <vector>
 
@@ -232,10 +233,62 @@ FpgaEstimate fpga_estimate(const FpgaWork& w, const FpgaConfig& c, const hw::Dev
     return w.kernel == FpgaKernel::Gemm ? gemm_estimate(w, c, d) : stream_estimate(w, c, d);
 }
 
-TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_mhz, double power_limit_w) {
+std::string FpgaDesign::str() const {
+    if (empty()) return "per-node";
+    std::ostringstream o;
+    o << pe_rows << "x" << pe_cols << "x" << vec << "/s" << stream_vec << (double_buffer ? "" : "/sb");
+    return o.str();
+}
+
+FpgaDesign parse_fpga_design(const std::string& text) {
+    FpgaDesign d;
+    char sep1 = 0, sep2 = 0, slash = 0, s = 0;
+    int consumed = 0;
+    const int got = std::sscanf(text.c_str(), "%d%c%d%c%d%c%c%d%n", &d.pe_rows, &sep1, &d.pe_cols, &sep2, &d.vec, &slash, &s, &d.stream_vec, &consumed);
+    std::string rest = got == 8 ? text.substr(size_t(consumed)) : "";
+    if (rest == "/sb") d.double_buffer = false, rest.clear();
+    auto pow2 = [](int v) { return v >= 1 && v <= 1024 && (v & (v - 1)) == 0; };
+    if (got != 8 || sep1 != 'x' || sep2 != 'x' || slash != '/' || s != 's' || !rest.empty() || !pow2(d.pe_rows) || !pow2(d.pe_cols) || !pow2(d.vec) ||
+        !pow2(d.stream_vec))
+        throw Error("FPGA design '" + text + "' is not ROWSxCOLSxVEC/sLANES[/sb] with powers of two", "e.g. 8x16x8/s16");
+    return d;
+}
+
+namespace {
+
+// What a design's other kernel holds on the fabric while one runs: for the GEMM array, the stream
+// kernel at its lanes (up to 8 FLOPs per element: batch norm's); for the stream kernel, the PE array
+// with its smallest tiles.
+FpgaUse design_reserve(const FpgaDesign& x, FpgaKernel running, DType dtype, const hw::DeviceSpec& d) {
+    FpgaWork w;
+    FpgaConfig c;
+    c.dtype = w.dtype = dtype;
+    c.double_buffer = x.double_buffer;
+    w.element_bytes = double(dtype_size(dtype));
+    if (running == FpgaKernel::Gemm) {
+        w.kernel = c.kernel = FpgaKernel::Stream;
+        w.elements = 1 << 20, w.flops_per_element = 8, w.bytes = w.elements * 2 * w.element_bytes, w.flops = w.elements * 8;
+        c.vec = x.stream_vec;
+    } else {
+        w.kernel = c.kernel = FpgaKernel::Gemm;
+        w.m = x.pe_rows, w.n = x.pe_cols, w.k = x.vec;
+        w.a_bytes = w.m * w.k * w.element_bytes, w.b_bytes = w.k * w.n * w.element_bytes, w.c_bytes = w.m * w.n * 4, w.flops = 2 * w.m * w.n * w.k;
+        c.pe_rows = x.pe_rows, c.pe_cols = x.pe_cols, c.vec = x.vec, c.tile_m = x.pe_rows, c.tile_n = x.pe_cols, c.tile_k = x.vec;
+    }
+    return fpga_estimate(w, c, d).use;
+}
+
+}  // namespace
+
+TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_mhz, double power_limit_w, const FpgaDesign& design) {
     TunedKernel best;
     bool found = false;
     const double clock = clock_mhz > 0 ? clock_mhz : d.clock_default_mhz;
+    const FpgaUse reserve = design.empty() ? FpgaUse{} : design_reserve(design, w.kernel, w.dtype, d);
+    const hw::FpgaFabric& f = d.fpga;
+    auto room = [&](const FpgaUse& u) {
+        return u.dsp + reserve.dsp <= f.dsp_blocks && u.ram_blocks + reserve.ram_blocks <= f.ram_blocks && u.uram_blocks + reserve.uram_blocks <= f.uram_blocks;
+    };
     auto better = [&](const FpgaEstimate& e) {
         if (!found) return true;
         const FpgaEstimate& b = best.estimate;
@@ -243,8 +296,9 @@ TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_m
         return e.dynamic_joules + e.static_joules < b.dynamic_joules + b.static_joules;
     };
     auto consider = [&](const FpgaConfig& c) {
-        const FpgaEstimate e = fpga_estimate(w, c, d);
+        FpgaEstimate e = fpga_estimate(w, c, d);
         ++best.candidates;
+        if (e.fits && !room(e.use)) e.fits = false, e.why_not = "leaves no room for design " + design.str() + "'s other kernel";
         if (!e.fits || (power_limit_w > 0 && e.watts() > power_limit_w)) return e;
         ++best.feasible;
         if (better(e)) best.config = c, best.estimate = e, found = true;
@@ -254,7 +308,8 @@ TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_m
     c.kernel = w.kernel, c.dtype = w.dtype, c.clock_mhz = clock;
     if (w.kernel == FpgaKernel::Stream) {
         for (int lanes = 1; lanes <= 256; lanes *= 2)
-            for (bool db : {true, false}) c.vec = lanes, c.double_buffer = db, consider(c);
+            for (bool db : {true, false})
+                if (design.empty() || (lanes == design.stream_vec && db == design.double_buffer)) c.vec = lanes, c.double_buffer = db, consider(c);
     } else {
         // PE arrays from the most MACs per cycle down; one whose compute alone cannot beat the best so
         // far is skipped. Per array, each (tile_m, tile_n) takes the deepest tile_k that fits.
@@ -267,23 +322,28 @@ TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_m
         for (int r = 1; r <= 128 && r <= max_m; r *= 2)
             for (int cc = 1; cc <= 128 && cc <= max_n; cc *= 2)
                 for (int v = 1; v <= 64 && v <= max_k; v *= 2)
-                    if (r * cc * v * mac <= d.fpga.dsp_blocks) arrays.push_back({r, cc, v});
+                    if (r * cc * v * mac <= d.fpga.dsp_blocks && (design.empty() || (r == design.pe_rows && cc == design.pe_cols && v == design.vec)))
+                        arrays.push_back({r, cc, v});
+        if (!design.empty() && arrays.empty()) arrays.push_back({design.pe_rows, design.pe_cols, design.vec});  // an array larger than the work: padded
         std::sort(arrays.begin(), arrays.end(), [](const Pe& a, const Pe& b) { return a.r * a.c * a.v > b.r * b.c * b.v; });
         for (const Pe& p : arrays) {
             const double ideal = w.groups * std::ceil(w.m / p.r) * std::ceil(w.n / p.c) * std::ceil(w.k / p.v) / (clock * 1e6);
             if (found && ideal >= best.estimate.seconds) continue;
             c.pe_rows = p.r, c.pe_cols = p.c, c.vec = p.v;
-            for (bool db : {true, false})
+            for (bool db : {true, false}) {
+                if (!design.empty() && db != design.double_buffer) continue;
                 for (double tm = p.r; tm <= std::max<double>(max_m, p.r); tm *= 4)
                     for (double tn = p.c; tn <= std::max<double>(max_n, p.c); tn *= 4)
                         for (double tk = std::max<double>(max_k, p.v); tk >= p.v; tk /= 4) {
                             c.tile_m = tm, c.tile_n = tn, c.tile_k = tk, c.double_buffer = db;
                             if (consider(c).fits) break;  // smaller tile_k only adds reloads and fills
                         }
+            }
         }
     }
     if (!found)
         throw Error("no configuration of an FPGA kernel for this " + std::string(fpga_kernel_name(w.kernel)) + " work fits " + d.name +
+                    (design.empty() ? "" : " in design " + design.str()) +
                     (power_limit_w > 0 ? " under " + num(power_limit_w) + " W (static power alone is " + num(d.idle_w) + " W)" : ""));
     return best;
 }

@@ -108,10 +108,27 @@ struct TunedKernel {
     int candidates = 0;  // configurations estimated
     int feasible = 0;    // of which fit (and hold the power limit)
 };
+// A design for a whole run: one bitstream holding a GEMM kernel of a fixed PE array and a stream kernel
+// of fixed lanes side by side. Every node runs on one of them with tile sizes of its own (tiles are
+// run-time parameters: input-adaptive kernels, as Hype-training's), so consecutive nodes never
+// reconfigure; the price is an array that fits no shape as well as a kernel tuned for it alone. Written
+// "8x16x8/s16" (rows x cols x vector width / stream lanes), with "/sb" when buffers are single. The
+// empty design (pe_rows 0) means each node its own tuned kernel, switches charged.
+struct FpgaDesign {
+    int pe_rows = 0, pe_cols = 0, vec = 0, stream_vec = 0;
+    bool double_buffer = true;
+    bool empty() const { return pe_rows == 0; }
+    std::string str() const;
+    bool operator==(const FpgaDesign&) const = default;
+};
+FpgaDesign parse_fpga_design(const std::string& text);  // Error naming the text and the form
+
 // The fastest feasible configuration (ties: fewer joules) at `clock_mhz` (0: the device's default);
-// with power_limit_w > 0, only configurations whose board power stays under it. Throws Error when the
-// device has no fabric for the dtype or no configuration is feasible (the limit below static power).
-TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_mhz = 0, double power_limit_w = 0);
+// with power_limit_w > 0, only configurations whose board power stays under it; with a design, only
+// its kernels, each leaving room on the fabric for the other. Throws Error when the device has no
+// fabric for the dtype or no configuration is feasible (the limit below static power, a design that
+// does not fit).
+TunedKernel fpga_tune(const FpgaWork& w, const hw::DeviceSpec& d, double clock_mhz = 0, double power_limit_w = 0, const FpgaDesign& design = {});
 
 // What running b right after a costs beyond their node costs: 0 when they are one kernel or both fit
 // the fabric together (one bitstream), else the device's reconfiguration time.

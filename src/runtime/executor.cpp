@@ -27,6 +27,13 @@ struct Executor::Block {
 
 Executor::Executor(const LoweredGraph& lg, BackendSet& backends, ExecutorOptions opts) : g_(lg.train.graph) {
     JOULE_ASSERT(opts.keep.empty(), "a lowered graph's kept tensors are decided when it is lowered (LowerOptions::keep)");
+    for (const auto& [device, s] : lg.plan.devices) {  // the plan's device settings, to the backends that model a device
+        std::map<std::string, std::string> text;
+        if (s.power_limit_w) text["power_limit_w"] = std::to_string(*s.power_limit_w);
+        if (s.clock_mhz) text["clock_mhz"] = std::to_string(*s.clock_mhz);
+        if (s.fpga_design) text["fpga_design"] = *s.fpga_design;
+        backends.set_settings(device, text);
+    }
     std::vector<Backend*> backend_of(g_.num_nodes());
     for (size_t n = 0; n < g_.num_nodes(); ++n) {
         const Node& node = g_.node(NodeId(n));

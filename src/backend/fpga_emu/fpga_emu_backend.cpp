@@ -31,8 +31,22 @@ predict::DeviceModel fpga_model(const std::string& device) {
 
 }  // namespace
 
-FpgaEmuBackend::FpgaEmuBackend(std::string device)
-    : device_(std::move(device)), model_(fpga_model(device_)), host_link_(hw::load_catalogue().link(model_.spec().fpga.host_link)), functional_(device_) {}
+FpgaEmuBackend::FpgaEmuBackend(std::string device, const std::map<std::string, std::string>& settings)
+    : device_(std::move(device)), model_(fpga_model(device_)), host_link_(hw::load_catalogue().link(model_.spec().fpga.host_link)), functional_(device_) {
+    for (const auto& [key, value] : settings) {
+        auto number = [&] {
+            try {
+                return std::stod(value);
+            } catch (const std::exception&) {
+                throw Error("device '" + device_ + "': setting " + key + " '" + value + "' is not a number");
+            }
+        };
+        if (key == "power_limit_w") setting_.power_limit_w = number();
+        else if (key == "clock_mhz") setting_.clock_mhz = number();
+        else if (key == "fpga_design") setting_.fpga_design = predict::parse_fpga_design(value);
+        else throw Error("device '" + device_ + "': unknown setting '" + key + "'", "power_limit_w, clock_mhz or fpga_design");
+    }
+}
 
 Support FpgaEmuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
@@ -51,7 +65,7 @@ std::unique_ptr<Kernel> FpgaEmuBackend::prepare(const Graph& g, NodeId id, const
         const predict::Cost c = predict::transfer_cost(bytes, host_link_);
         return std::make_unique<Emulated>(functional_.prepare(g, id, inputs, outputs), c.seconds, c.joules);
     }
-    const predict::TunedKernel& t = predict::fpga_kernel(g, id, model_, n.compute);  // the kernel predict::cost charges, cached
+    const predict::TunedKernel& t = predict::fpga_kernel(g, id, model_, n.compute, setting_);  // the kernel predict::cost charges, cached
     std::unique_ptr<Kernel> k = t.config.kernel == predict::FpgaKernel::Gemm ? fpga_emu::make_gemm(g, id, inputs, outputs, t.config)
                                                                               : functional_.prepare(g, id, inputs, outputs);
     return std::make_unique<Emulated>(std::move(k), t.estimate.seconds, t.estimate.dynamic_joules);

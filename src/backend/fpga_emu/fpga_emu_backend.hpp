@@ -17,6 +17,8 @@
 
 #include <memory>
 
+#include <map>
+
 #include "backend/backend.hpp"
 #include "backend/reference/reference_backend.hpp"
 #include "hw/catalogue.hpp"
@@ -26,8 +28,9 @@ namespace joule {
 
 class FpgaEmuBackend : public Backend {
 public:
-    // device: "fpga_emu:SPEC"; throws Error when SPEC is not an FPGA of data/hw.
-    explicit FpgaEmuBackend(std::string device);
+    // device: "fpga_emu:SPEC"; settings: a plan's for it (power_limit_w, clock_mhz, fpga_design as text).
+    // Throws Error when SPEC is not an FPGA of data/hw or a setting is not one.
+    explicit FpgaEmuBackend(std::string device, const std::map<std::string, std::string>& settings = {});
     const std::string& device() const override { return device_; }
     Support supports(const Graph& g, NodeId n) const override;
     std::unique_ptr<Kernel> prepare(const Graph& g, NodeId n, const std::vector<void*>& inputs,
@@ -39,6 +42,7 @@ public:
 private:
     std::string device_;
     predict::DeviceModel model_;  // the kernels cost() charges are the ones run here
+    predict::Setting setting_;    // at the plan's settings
     hw::LinkSpec host_link_;
     ReferenceBackend functional_;  // the stream kernels' element-wise semantics
 };

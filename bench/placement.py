@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The placement planner's results table (README): per net and system, all MODELLED by `joule plan`.
+
+  python3 bench/placement.py [--joule build/joule] [--nets lenet5,alexnet,...] [--systems cpu+v100+s10,cpu+k40+de5]
+
+1. energy (no throughput loss): the energy strategy's plan against the GPU-only plan -- energy saved,
+   time ratio -- beside Hype-training's -44.3 % on V100 + Stratix 10;
+2. power caps of 150 / 200 / 250 W: powercap's iteration time against GPU power limiting (the GPU-only
+   plan with the GPU's limit at the cap), and the power each draws as the cap counts it;
+3. optimality gaps where exact solves (LeNet-5's layers): energy, heft, cnnlab and powercap against the
+   exact optimum of their objective.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+NETS = {"lenet5": 64, "alexnet": 32, "vgg16": 32, "resnet18": 32, "resnet50": 32, "mobilenet_v2": 32, "bert-base": 8}
+CAPS = [150, 200, 250]
+
+
+def plan(joule, net, system, strategy):
+    cmd = [joule, "plan", "--net", net, "--batch", str(NETS[net]), "--system", system, "--strategy", strategy, "--json"]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"placement.py: {' '.join(cmd)} failed:\n{out.stderr}")
+    j = json.loads(out.stdout)
+    j["wall"] = time.perf_counter() - t0
+    return j
+
+
+def pct(x):
+    return f"{100 * x:+.1f} %"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--joule", default="build/joule")
+    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--systems", default="cpu+v100+s10,cpu+k40+de5")
+    a = ap.parse_args()
+    nets, systems = a.nets.split(","), a.systems.split(",")
+
+    print("## energy with no throughput loss (`--strategy energy`) against the GPU-only plan\n")
+    print("| system | net | GPU-only ms | GPU-only J | energy ms | energy J | energy saved | time | devices used | planning s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    saved = {s: [] for s in systems}
+    for s in systems:
+        for n in nets:
+            j = plan(a.joule, n, s, "energy")
+            gpu = next(b for b in j["baselines"] if b["strategy"].startswith("single:cuda"))
+            e = j["plans"][0]
+            used = [d for d, busy in zip(j["devices"], e["busy_seconds"]) if busy > 0]
+            saved[s].append(e["joules"] / gpu["joules"] - 1)
+            print(f"| {s} | {n} | {gpu['seconds'] * 1e3:.2f} | {gpu['joules']:.3f} | {e['seconds'] * 1e3:.2f} | {e['joules']:.3f} | "
+                  f"{pct(e['joules'] / gpu['joules'] - 1)} | {e['seconds'] / gpu['seconds']:.3f}x | {', '.join(used)} | {j['wall']:.2f} |")
+    for s in systems:
+        v = saved[s]
+        print(f"\n{s}: energy against GPU-only {pct(sum(v) / len(v))} on average (best {pct(min(v))}); Hype-training: -44.3 % on average, up to -59.7 % (V100 + Stratix 10)")
+
+    print("\n## power caps: `--strategy powercap:W` against GPU power limiting (the GPU-only plan, the GPU's limit at W)\n")
+    print("| system | net | cap W | powercap ms | its W | GPU limited ms | its W | speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    for s in systems:
+        for n in nets:
+            for cap in CAPS:
+                j = plan(a.joule, n, s, f"powercap:{cap}")
+                p = j["plans"][0]
+                g = j["gpu_power_limiting"][0]
+                over = " (over)" if g["capped_watts"] > cap * (1 + 1e-9) else ""
+                mine = "" if p["meets"] else " (cannot meet)"
+                print(f"| {s} | {n} | {cap} | {p['seconds'] * 1e3:.2f}{mine} | {p['capped_watts']:.1f} | {g['seconds'] * 1e3:.2f} | {g['capped_watts']:.1f}{over} | "
+                      f"{g['seconds'] / p['seconds']:.2f}x |")
+
+    print("\n## optimality gaps where exact solves (LeNet-5 b64: 13 layers on 3 devices)\n")
+    print("| system | objective | exact | energy / powercap | heft | cnnlab |")
+    print("|---|---|---|---|---|---|")
+    for s in systems:
+        ex = {k: plan(a.joule, "lenet5", s, k)["plans"][0] for k in ("exact", "exact:time", "exact:powercap:200")}
+        h = {k: plan(a.joule, "lenet5", s, k)["plans"][0] for k in ("energy", "heft", "cnnlab", "powercap:200")}
+        print(f"| {s} | energy, no throughput loss | {ex['exact']['joules']:.4f} J | {pct(h['energy']['joules'] / ex['exact']['joules'] - 1)} | "
+              f"{pct(h['heft']['joules'] / ex['exact']['joules'] - 1)} | {pct(h['cnnlab']['joules'] / ex['exact']['joules'] - 1)} |")
+        print(f"| {s} | time | {ex['exact:time']['seconds'] * 1e3:.4f} ms | - | {pct(h['heft']['seconds'] / ex['exact:time']['seconds'] - 1)} | "
+              f"{pct(h['cnnlab']['seconds'] / ex['exact:time']['seconds'] - 1)} |")
+        print(f"| {s} | time under 200 W | {ex['exact:powercap:200']['seconds'] * 1e3:.4f} ms | "
+              f"{pct(h['powercap:200']['seconds'] / ex['exact:powercap:200']['seconds'] - 1)} | - | - |")
+
+
+if __name__ == "__main__":
+    main()
