@@ -406,6 +406,34 @@ TEST(Cli, PlanComparesStrategiesAndWritesPlansAndTraces) {
     expect_failure("plan --net lenet5", "--system is required");
 }
 
+// joule train --system --strategy: plans for the run's own graph, trains under the plan (CPU nodes real,
+// FPGA nodes emulated) and sets the plan's prediction beside what the run got.
+TEST(Cli, TrainPlansForASystemAndTrainsUnderThePlan) {
+    const std::string common = " --net lenet5 --batch 8 --dataset synthetic --steps 3 --optimizer sgd --threads 1 --json";
+    const auto cpu = run_json("train" + common);
+    const auto j = run_json("train --system cpu+s10 --strategy single:fpga_emu:s10" + common);
+    EXPECT_EQ(j["timing"], "measured and modelled");
+    EXPECT_GT(j["transfers"].get<int>(), 0);
+    ASSERT_TRUE(j.contains("placement")) << j;
+    EXPECT_EQ(j["placement"]["strategy"], "single:fpga_emu:s10");
+    EXPECT_EQ(j["placement"]["timing"], "modelled");
+    EXPECT_GT(j["placement"]["predicted_iteration_seconds"].get<double>(), 0);
+    // the same numbers as all-CPU training, to float tolerance: the emulated FPGA's GEMMs sum in another order
+    ASSERT_EQ(j["epochs"].size(), 1u);
+    const double a = cpu["epochs"][0]["loss"].get<double>(), b = j["epochs"][0]["loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-4 * std::abs(a)) << "all-CPU loss " << a << ", under the plan " << b;
+    const Result r = run("train --system cpu+s10 --strategy energy --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --threads 1 --quiet");
+    ASSERT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"strategy energy on system-xeon6-2vcpu-s10", "predicted iteration", "predicted busy ms", "step, one node at a time: predicted"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    expect_failure("train --system cpu+s10 --dataset synthetic", "--system requires --strategy");
+    expect_failure("train --strategy energy --dataset synthetic", "--strategy requires --system");
+    expect_failure("train --system cpu+s10 --strategy fastest --dataset synthetic", "unknown --strategy 'fastest'");
+    expect_failure("train --system cpu+s10 --strategy energy --amp greedy --dataset synthetic", "excludes");
+    expect_failure("train --system cpu+s10 --strategy energy --plan x.yaml --dataset synthetic", "excludes");
+    expect_failure("train --system cpu+v100+s10 --strategy single:cuda:v100 --dataset synthetic --steps 1", "this build has no CUDA backend");
+}
+
 TEST(Cli, CalibrateFitsSeveralDatabasesOfOtherInputSizes) {
     const std::string a = temp_path("cal_a.db"), b = temp_path("cal_b.db"), eff = temp_path("cal_ab.yaml");
     std::remove(a.c_str()), std::remove(b.c_str());

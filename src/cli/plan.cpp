@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -41,11 +42,15 @@ Row run(const TrainGraph& tg, const SystemModel& sys, const Strategy& st) {
 std::string percent(double x) { return (x >= 0 ? "+" : "") + fixed(100 * x, 1) + " %"; }
 
 // What GPU power management alone does under a cap: per GPU of the system, the GPU-only plan with the
-// GPU's own power limit at the cap (within its range).
+// GPU's own power limit at the cap (within its range) -- the other devices' idle power then puts the
+// system over it -- and at the highest limit under which the system's counted power holds the cap
+// (bisection: the power never rises as the limit falls), when one does.
 struct Limited {
     std::string device;
     double limit_w = 0;
     Row row;
+    double holding_limit_w = 0;  // 0: none holds the cap
+    std::optional<Row> holding;
 };
 std::vector<Limited> gpu_power_limiting(const TrainGraph& tg, const SystemModel& sys, double cap) {
     std::vector<Limited> out;
@@ -53,8 +58,25 @@ std::vector<Limited> gpu_power_limiting(const TrainGraph& tg, const SystemModel&
         const hw::DeviceSpec& spec = sys.devices[d].spec();
         if (spec.kind != "gpu" || !spec.settable_power()) continue;
         SystemModel limited = sys;
-        limited.settings[d].power_limit_w = std::clamp(cap, spec.power_limit_min_w, spec.power_limit_max_w);
-        out.push_back({sys.plan_devices[d], limited.settings[d].power_limit_w, run(tg, limited, parse_strategy("single:" + sys.plan_devices[d]))});
+        auto at = [&](double w) {
+            limited.settings[d].power_limit_w = w;
+            return run(tg, limited, parse_strategy("single:" + sys.plan_devices[d]));
+        };
+        Limited l{sys.plan_devices[d], std::clamp(cap, spec.power_limit_min_w, spec.power_limit_max_w), at(std::clamp(cap, spec.power_limit_min_w, spec.power_limit_max_w)), 0, {}};
+        auto holds = [&](const Row& r) { return r.placed.outcome.capped_watts <= cap * (1 + 1e-9); };
+        if (holds(l.row)) {
+            l.holding_limit_w = l.limit_w, l.holding = l.row;
+        } else if (Row low = at(spec.power_limit_min_w); holds(low)) {
+            double lo = spec.power_limit_min_w, hi = l.limit_w;
+            l.holding_limit_w = lo, l.holding = std::move(low);
+            while (hi - lo > 0.5) {  // to half a watt
+                const double mid = 0.5 * (lo + hi);
+                Row r = at(mid);
+                if (holds(r)) lo = mid, l.holding_limit_w = mid, l.holding = std::move(r);
+                else hi = mid;
+            }
+        }
+        out.push_back(std::move(l));
     }
     return out;
 }
@@ -199,6 +221,10 @@ void add_plan(CLI::App& app) {
                     for (const Limited& l : gpu_power_limiting(tg, sys, strategies.front().watts)) {
                         nlohmann::json j = to_json(l.row);
                         j["device"] = l.device, j["limit_w"] = l.limit_w;
+                        if (l.holding) {
+                            j["holding"] = to_json(*l.holding);
+                            j["holding"]["limit_w"] = l.holding_limit_w;
+                        }
                         g.push_back(std::move(j));
                     }
                     doc["gpu_power_limiting"] = g;
@@ -246,6 +272,12 @@ void add_plan(CLI::App& app) {
                               << " ms at " << fixed(g.placed.outcome.capped_watts, 1) << " W capped"
                               << (g.placed.outcome.capped_watts > st.watts * (1 + 1e-9) ? " (over the cap)" : "") << "; " << mine.placed.strategy << " is "
                               << fixed(g.s.seconds / mine.s.seconds, 2) << "x its speed\n";
+                    if (l.holding && l.holding_limit_w != l.limit_w)
+                        std::cout << "  the limit that holds the cap: " << fixed(l.holding_limit_w, 1) << " W, " << fixed(l.holding->s.seconds * 1e3, 2) << " ms at "
+                                  << fixed(l.holding->placed.outcome.capped_watts, 1) << " W; " << mine.placed.strategy << " is "
+                                  << fixed(l.holding->s.seconds / mine.s.seconds, 2) << "x its speed\n";
+                    else if (!l.holding)
+                        std::cout << "  no limit in the GPU's range holds the cap: the other devices' idle power alone is over it\n";
                 }
             }
         }

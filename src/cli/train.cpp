@@ -12,6 +12,7 @@
 #include "graph/error.hpp"
 #include "report/table.hpp"
 #include "energy/meter.hpp"
+#include "plan/placement.hpp"
 #include "runtime/trainer.hpp"
 
 namespace joule::cli {
@@ -25,7 +26,7 @@ struct TrainFlags {
     int threads = 0;
     uint64_t seed = 1;
     bool json = false, quiet = false, oversubscribe = false;
-    std::string plan, amp;
+    std::string plan, amp, system, strategy;
     bool energy = false;
     std::string meter = "auto", device_spec;
     double idle_seconds = 0.5, sample_ms = 10;
@@ -127,6 +128,26 @@ void print_energy(const TrainResult& r, int64_t top) {
               << fixed(idle * 1e3, 3) << " mJ; average power " << fixed(e.total_joules / std::max(e.seconds, 1e-12), 2) << " W (" << tag << "); "
               << fixed(total / double(r.batch) * 1e3, 3) << " mJ per image (" << tag << ")\n";
 }
+// The plan's prediction (a simulated iteration on the system, devices overlapping) beside the step this
+// run got (its nodes one at a time: the CPU's measured, the emulated devices' modelled).
+void print_prediction(const Placed& p, const SystemModel& sys, const TrainResult& r) {
+    std::cout << "\n" << p.strategy << " on " << sys.system.name << " (" << p.chosen << "): predicted iteration " << fixed(p.outcome.seconds * 1e3, 3)
+              << " ms, " << fixed(p.outcome.joules(), 4) << " J (modelled, the devices overlapping)\n";
+    Table t({"device", "predicted busy ms", "got ms", "timing", "error"});
+    double predicted = 0;
+    for (size_t d = 0; d < sys.plan_devices.size(); ++d) {
+        predicted += p.outcome.busy_seconds[d];
+        const auto it = std::find_if(r.devices.begin(), r.devices.end(), [&](const TrainResult::DeviceTime& x) { return x.device == sys.plan_devices[d]; });
+        const double got = it == r.devices.end() ? 0 : it->seconds;
+        t.add({sys.plan_devices[d], fixed(p.outcome.busy_seconds[d] * 1e3, 3), fixed(got * 1e3, 3),
+               it == r.devices.end() ? "-" : it->modelled ? "modelled (+ transfers in)" : "measured",
+               p.outcome.busy_seconds[d] > 0 ? (got >= p.outcome.busy_seconds[d] ? "+" : "") + fixed(100 * (got / p.outcome.busy_seconds[d] - 1), 1) + " %" : "-"});
+    }
+    t.print(std::cout);
+    std::cout << "step, one node at a time: predicted " << fixed(predicted * 1e3, 3) << " ms of device time, got " << fixed(r.step_seconds * 1e3, 3) << " ms ("
+              << (r.step_seconds >= predicted ? "+" : "") << fixed(100 * (r.step_seconds / predicted - 1), 1) << " %)\n";
+}
+
 }  // namespace
 
 void add_train(CLI::App& app) {
@@ -150,6 +171,11 @@ void add_train(CLI::App& app) {
     auto* amp = cmd->add_option("--amp", f->amp, "mixed-precision policy: off, greedy (TF-AMP), autocast, campo or optimal (the last two weigh casts with --device-spec's model of this CPU)")
                     ->check(CLI::IsMember({"off", "greedy", "autocast", "campo", "optimal"}));
     for (const char* o : {"--dtype", "--dtype-scope", "--plan"}) amp->excludes(o);
+    auto* system = cmd->add_option("--system", f->system, "plan for a system of data/hw whose CPU is this machine's (e.g. cpu+s10) with --strategy, then train under the plan");
+    auto* strategy = cmd->add_option("--strategy", f->strategy, "a joule plan strategy (energy, powercap:W, heft, cnnlab, single:DEVICE, ...)");
+    system->needs(strategy);
+    strategy->needs(system);
+    for (const char* o : {"--dtype", "--dtype-scope", "--plan", "--amp"}) system->excludes(o), strategy->excludes(o);
     auto* energy = cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
     cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
         ->capture_default_str()
@@ -196,11 +222,23 @@ void add_train(CLI::App& app) {
             if (f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
             o.optimizer = OptimizerConfig::adam(f->lr > 0 ? f->lr : 2e-3f, f->weight_decay);
         }
+        // --system --strategy: the planner places the run's own graph; the prediction is kept to set beside what the run got
+        std::optional<SystemModel> sys;
+        auto placed = std::make_shared<std::optional<Placed>>();
+        if (!f->system.empty()) {
+            sys.emplace(load_system_model(f->system));
+            const Strategy st = parse_strategy(f->strategy);
+            o.plan_for = [&sys, st, placed](const TrainGraph& tg) {
+                *placed = place(tg, *sys, st);
+                return (*placed)->plan;
+            };
+        }
         const bool tty = isatty(STDERR_FILENO);
         if (!f->json)
             std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
                       << f->net.optimizer << " lr " << o.optimizer.lr << ", "
-                      << (!o.amp.empty()         ? "mixed-precision policy " + o.amp + ", cpu (oneDNN)"
+                      << (!f->system.empty()     ? "strategy " + f->strategy + " on " + sys->system.name
+                          : !o.amp.empty()         ? "mixed-precision policy " + o.amp + ", cpu (oneDNN)"
                           : !o.plan_file.empty() ? "plan " + o.plan_file
                                                : f->net.dtype + (o.dtype == DType::F32 ? "" : o.scope == PrecisionScope::All ? " on every op that supports it" : " on conv/linear/matmul") + ", cpu (oneDNN)")
                       << "\n";
@@ -239,6 +277,13 @@ void add_train(CLI::App& app) {
                 if (r.energy) row["joules"] = {{"forward", l.forward_j}, {"backward", l.backward_j}, {"update", l.update_j}};
                 j["layers"].push_back(row);
             }
+            if (*placed) {
+                const Placed& p = **placed;
+                nlohmann::json devices = nlohmann::json::array();
+                for (size_t d = 0; d < sys->plan_devices.size(); ++d) devices.push_back({{"device", sys->plan_devices[d]}, {"predicted_seconds", p.outcome.busy_seconds[d]}});
+                j["placement"] = {{"system", sys->system.name}, {"strategy", p.strategy}, {"chosen", p.chosen}, {"predicted_iteration_seconds", p.outcome.seconds},
+                                  {"predicted_joules", p.outcome.joules()}, {"predicted_devices", devices}, {"timing", "modelled"}};
+            }
             if (r.energy) {
                 const EnergyResult& e = *r.energy;
                 const double steps = double(std::max<int64_t>(e.steps, 1));
@@ -263,6 +308,7 @@ void add_train(CLI::App& app) {
         for (const auto& d : r.devices)
             std::cout << " " << d.device << " " << fixed(d.seconds * 1e3, 3) << " ms (" << (d.modelled ? "modelled" : "measured") << ", " << d.nodes << " nodes)";
         std::cout << "\n";
+        if (*placed) print_prediction(**placed, *sys, r);
         print_layers(r, f->top);
         if (r.energy) print_energy(r, f->top);
     });

@@ -586,6 +586,27 @@ std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg,
         if (spec.kind == "gpu" && spec.settable_power() && s.objective == Strategy::Objective::Powercap) {
             for (int q = 0; q <= 4; ++q) options.push_back({.power_limit_w = spec.power_limit_min_w + (spec.power_limit_max_w - spec.power_limit_min_w) * q / 4});
             if (s.watts > spec.power_limit_min_w && s.watts < spec.power_limit_max_w) options.push_back({.power_limit_w = s.watts});
+            // and the highest limit under which this GPU alone holds the cap, every other accelerator idle
+            // (what GPU power management would have to set): bisection, power never rising as the limit falls
+            double idle = 0;
+            for (size_t k = 0; k < sys.devices.size(); ++k)
+                if (k != d && int(k) != sys.host) idle += sys.devices[k].idle_w();
+            auto gpu_only_watts = [&](double limit) {
+                double seconds = 0, joules = 0;
+                for (size_t i = 0; i < tg.graph.num_nodes(); ++i) {
+                    const predict::Cost c = predict::cost(tg.graph, NodeId(i), sys.devices[d], tg.graph.node(NodeId(i)).compute, {.power_limit_w = limit});
+                    seconds += c.seconds, joules += c.joules;
+                }
+                return seconds > 0 ? joules / seconds + spec.idle_w + idle : 0;
+            };
+            double lo = spec.power_limit_min_w, hi = spec.power_limit_max_w;
+            if (gpu_only_watts(lo) <= s.watts && gpu_only_watts(hi) > s.watts) {
+                while (hi - lo > 0.5) {
+                    const double mid = 0.5 * (lo + hi);
+                    (gpu_only_watts(mid) <= s.watts ? lo : hi) = mid;
+                }
+                options.push_back({.power_limit_w = lo});
+            }
         } else if (spec.kind == "fpga" && sys.settings[d].fpga_design.empty()) {
             predict::Setting design = sys.settings[d];
             design.fpga_design = predict::best_fpga_design(tg.graph, sys.devices[d], design);

@@ -128,7 +128,8 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s);
 
 // The device settings a strategy searches, all combinations of: each FPGA per-node kernels (switches
 // charged) or the one-bitstream design best for the graph (predict::best_fpga_design); under
-// powercap:<W>, each GPU's power limit over its range in quarters and at W when W is inside it. The
+// powercap:<W>, each GPU's power limit over its range in quarters, at W when W is inside it, and at the
+// highest limit under which the GPU alone (the other accelerators idle) holds W. The
 // other devices at sys.settings; the first combination is sys.settings itself.
 std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg, const SystemModel& sys, const Strategy& s);
 

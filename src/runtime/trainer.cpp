@@ -143,6 +143,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     const AmpPolicy amp = o.amp.empty() ? AmpPolicy::Off : parse_amp_policy(o.amp);
     if (amp == AmpPolicy::Campo || amp == AmpPolicy::Optimal) cpu_model.emplace(predict::load_device_model(hw::find_cpu_spec(o.device_spec).path));
     const Plan plan = o.plan                ? *o.plan
+                      : o.plan_for          ? o.plan_for(train_graph)
                       : !o.amp.empty()      ? amp_backend_plan(train_graph, amp, backends.get("cpu"), cpu_model ? &*cpu_model : nullptr)
                       : o.plan_file.empty() ? precision_plan(train_graph, o.dtype, o.scope, backends.get("cpu"))
                                             : read_plan_file(o.plan_file);
@@ -158,7 +159,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     TrainResult r;
     r.net = o.net;
     r.dataset = o.dataset;
-    r.dtype = o.plan_file.empty() && !o.plan && o.amp.empty() ? dtype_name(o.dtype) : "plan";
+    r.dtype = o.plan_file.empty() && !o.plan && !o.plan_for && o.amp.empty() ? dtype_name(o.dtype) : "plan";
     r.plan = plan.name;
     r.casts = int64_t(lg.casts);
     r.transfers = int64_t(lg.transfers);

@@ -41,6 +41,7 @@ struct TrainOptions {
     // (dtype on conv / linear / matmul — autocast's list — or on every op the cpu runs in it).
     std::string plan_file;
     std::optional<Plan> plan;  // a plan made in memory (joule amp --measure); wins over plan_file
+    std::function<Plan(const TrainGraph&)> plan_for;  // a plan made for the run's own graph (joule train --strategy); next
     std::string amp;           // a mixed-precision policy (plan/amp.hpp) instead: off, greedy, autocast, campo, optimal
                                // (campo and optimal cost with device_spec's model of this CPU)
     DType dtype = DType::F32;
