@@ -85,6 +85,12 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
     }
 }
 
+double PlacementProblem::transfer_seconds(double bytes, int a, int b) const {
+    double s = 0;
+    for (const auto& [slot, link] : routes_[size_t(a) * devices() + size_t(b)]) s += predict::transfer_cost(bytes, *link).seconds;
+    return s;
+}
+
 int PlacementProblem::device_for(int atom, int device) const {
     for (int n : atoms_[size_t(atom)])
         if (!costs_[size_t(n)][size_t(device)]) return sys_->host;
@@ -442,7 +448,6 @@ Placement per_layer_best(const PlacementProblem& pp, const std::function<double(
 // and mean transfer times, then in rank order the device giving the earliest finish, idle gaps allowed.
 Placement heft(const PlacementProblem& pp) {
     const Graph& g = pp.train().graph;
-    const SystemModel& sys = pp.system();
     const size_t N = pp.nodes(), D = pp.devices();
     std::vector<int> atom(N);
     for (size_t a = 0; a < pp.atoms().size(); ++a)
@@ -455,13 +460,8 @@ Placement heft(const PlacementProblem& pp) {
             if (runs_atom(n, d)) mean[n] += pp.cost(n, int(d))->seconds, ++k;
         mean[n] /= k;
     }
-    // transfer time of `bytes` from a to b, and its mean over the ordered pairs of distinct devices
-    auto transfer = [&](double bytes, int a, int b) {
-        double s = 0;
-        if (a != b)
-            for (const auto& [key, link] : route(sys, a, b)) s += predict::transfer_cost(bytes, *link).seconds;
-        return s;
-    };
+    auto transfer = [&](double bytes, int a, int b) { return pp.transfer_seconds(bytes, a, b); };
+    // its mean over the ordered pairs of distinct devices
     auto mean_transfer = [&](double bytes) {
         if (D < 2) return 0.0;
         double s = 0;

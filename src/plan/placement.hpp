@@ -17,27 +17,30 @@
 //
 // Decision units. Nodes that write one tensor in place (an optimizer update and the parameter it owns)
 // form an atom that must share a device. Placing a node on a device that has no kernel for it (an
-// FPGA: the loss, softmax, embeddings, ...) puts its whole atom on the host instead. The energy,
-// powercap, cnnlab and exact strategies decide per layer (a forward node with its backward and update
-// nodes: the granularity at which Hype-training and CNNLab place, and no weights shuttle between the
-// passes); heft decides per atom, as classic HEFT schedules tasks.
+// FPGA: the loss, softmax, embeddings, ...) puts its whole atom on the host instead. cnnlab and exact
+// decide per layer (a forward node with its backward and update nodes: CNNLab's granularity); energy
+// and powercap per layer, then per atom; heft per atom, as classic HEFT schedules tasks.
+//
+// Settings searched (search_settings): each FPGA with per-node kernels or the graph's best one-bitstream
+// design; under powercap each GPU's power limits. A strategy works on every combination (local search:
+// on the three most promising, every one for small nets) and keeps the best.
 //
 // Strategies (each returns the better, under its own objective, of its plan and every single-device
-// baseline that fits -- `Placed::chosen` says which):
-//   single:<device>  every node the device runs on it, the rest on the host
+// baseline -- a device at its best setting; `Placed::chosen` says which):
+//   single:<device>  every node the device runs on it, the rest on the host (objective: time)
 //   cnnlab           per layer the device with the least energy-delay product of the layer's own nodes
-//                    (CNNLab's per-layer trade-off, transfers not weighed)
+//                    (CNNLab's per-layer trade-off, transfers not weighed); judged as energy is
 //   heft             HEFT (Topcuoglu et al. 2002): upward rank on mean costs, insertion-based earliest
 //                    finish time; minimises time only
 //   energy[:slack]   least energy with time <= (1 + slack) x the fastest baseline (default slack 0: no
-//                    throughput loss); local search over layers from every baseline and from the
-//                    per-layer least-energy placement
+//                    throughput loss); local search (improve()) from every baseline, the per-layer
+//                    least-energy / least-time / least energy-delay placements and HEFT's
 //   powercap:<W>     least time with average power <= W, power counted over the system's accelerators
-//                    (and the host when it runs nodes), searching placement and each GPU's power limit
-//   exact[:time|:powercap:<W>]  branch and bound over layer placements (depth-first, units in graph
-//                    order, the incumbent from the heuristic, bounds: each device's busy time and the
-//                    least dynamic energy of the unplaced units); default objective energy's. Refused
-//                    when the search would exceed its budget.
+//                    (and the host when it runs nodes) and links; the same search
+//   exact[:slack|:time|:powercap:<W>]  branch and bound over layer placements (depth-first, layers in
+//                    graph order, incumbent: the best seed; bounds: each device's busy time, the unplaced
+//                    layers' least busy time and dynamic energy); default objective energy's. Refused
+//                    beyond 10^7 placements per setting or 2 x 10^6 simulated.
 #pragma once
 
 #include <optional>
@@ -63,6 +66,9 @@ public:
     // Decision units: atoms (in-place writers of one tensor together) and layers (atoms of one source layer).
     const std::vector<std::vector<int>>& atoms() const { return atoms_; }
     const std::vector<std::vector<int>>& layers() const { return layers_; }  // each a list of atoms
+
+    // Moving `bytes` from device a to device b over the system's route (0 when a == b).
+    double transfer_seconds(double bytes, int a, int b) const;
 
     // The device each node runs on when `atom` is put on `device`: device, or the host when the device
     // lacks a kernel for one of its nodes.
