@@ -177,6 +177,9 @@ TEST(MemoryModel, RejectsBadHardware) {
 }
 
 TEST(Units, ParseAndReject) {
+    EXPECT_EQ(parse_number("1.5"), 1.5);
+    EXPECT_EQ(parse_number("-2e3"), -2000);
+    for (const char* bad : {"", " ", "1.5x", "x1", "nan", "inf", "1e999", "1,5"}) EXPECT_FALSE(parse_number(bad)) << bad;
     EXPECT_DOUBLE_EQ(parse_bytes("32MiB", "--capacity"), 32 * MiB);
     EXPECT_DOUBLE_EQ(parse_bytes("6MB", "--capacity"), 6e6);
     EXPECT_DOUBLE_EQ(parse_bytes("4096", "--capacity"), 4096);

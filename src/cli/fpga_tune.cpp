@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "predict/fpga_model.hpp"
+#include "predict/units.hpp"
 #include "report/table.hpp"
 
 namespace joule::cli {
@@ -30,14 +31,8 @@ predict::FpgaWork gemm_work(const std::string& text, DType dtype) {
     std::string part;
     std::stringstream in(text);
     while (std::getline(in, part, 'x')) {
-        size_t used = 0;
-        double v = 0;
-        try {
-            v = std::stod(part, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != part.size() || !(v >= 1) || v != std::floor(v) || v > 1e7) throw Error("--gemm '" + text + "': '" + part + "' is not a dimension", "write MxNxK, e.g. 4096x4096x4096");
+        const double v = predict::parse_number(part).value_or(0);
+        if (!(v >= 1) || v != std::floor(v) || v > 1e7) throw Error("--gemm '" + text + "': '" + part + "' is not a dimension", "write MxNxK, e.g. 4096x4096x4096");
         d.push_back(v);
     }
     if (d.size() != 3) throw Error("--gemm '" + text + "': expected three dimensions", "write MxNxK, e.g. 4096x4096x4096");

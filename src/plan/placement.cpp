@@ -9,6 +9,7 @@
 
 #include "graph/error.hpp"
 #include "predict/fpga_model.hpp"
+#include "predict/units.hpp"
 
 namespace joule {
 
@@ -224,16 +225,10 @@ std::string Strategy::name() const {
 Strategy parse_strategy(const std::string& text) {
     const std::string forms = "single:<device>, cnnlab, heft, energy, energy:<slack>, powercap:<watts>, exact, exact:<slack>, exact:time or exact:powercap:<watts>";
     auto number = [&](const std::string& s, const char* what, double min) {
-        size_t used = 0;
-        double v = 0;
-        try {
-            v = std::stod(s, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (s.empty() || used != s.size() || !std::isfinite(v) || v < min)
+        const std::optional<double> v = predict::parse_number(s);
+        if (!v || *v < min)
             throw Error("--strategy '" + text + "': " + what + " '" + s + "' is not a number" + (min > 0 ? " above 0" : " of 0 or more"), "strategies: " + forms);
-        return v;
+        return *v;
     };
     Strategy s;
     auto rest = [&](const std::string& prefix) { return text.size() > prefix.size() && text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : std::string(); };

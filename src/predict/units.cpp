@@ -41,6 +41,18 @@ double parse_with(const std::string& s, const std::string& what, const std::vect
 }
 }  // namespace
 
+std::optional<double> parse_number(const std::string& s) {
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(s, &used);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    if (used != s.size() || !std::isfinite(v)) return std::nullopt;
+    return v;
+}
+
 double parse_bytes(const std::string& s, const std::string& what) {
     const double b = parse_with(
         s, what, {{"", 1}, {"B", 1}, {"KiB", 1024}, {"MiB", 1048576}, {"GiB", 1073741824.0}, {"KB", 1e3}, {"kB", 1e3}, {"MB", 1e6}, {"GB", 1e9}}, "32MiB");

@@ -3,11 +3,14 @@
 // or lists "a,b,c". Throw Error naming `what` (the flag) on anything else.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace joule::predict {
 
+// The whole of s as a finite number ("1.5", "2e3"); nullopt for anything else ("", "1.5x", "nan").
+std::optional<double> parse_number(const std::string& s);
 double parse_bytes(const std::string& s, const std::string& what);
 double parse_bandwidth(const std::string& s, const std::string& what);  // bytes per second
 double parse_flops(const std::string& s, const std::string& what);      // FLOP per second

@@ -2,6 +2,7 @@
 
 #include "graph/error.hpp"
 #include "predict/device_model.hpp"
+#include "predict/units.hpp"
 
 namespace joule {
 
@@ -35,11 +36,9 @@ FpgaEmuBackend::FpgaEmuBackend(std::string device, const std::map<std::string, s
     : device_(std::move(device)), model_(fpga_model(device_)), host_link_(hw::load_catalogue().link(model_.spec().fpga.host_link)), functional_(device_) {
     for (const auto& [key, value] : settings) {
         auto number = [&] {
-            try {
-                return std::stod(value);
-            } catch (const std::exception&) {
-                throw Error("device '" + device_ + "': setting " + key + " '" + value + "' is not a number");
-            }
+            const std::optional<double> v = predict::parse_number(value);
+            if (!v) throw Error("device '" + device_ + "': setting " + key + " '" + value + "' is not a number");
+            return *v;
         };
         if (key == "power_limit_w") setting_.power_limit_w = number();
         else if (key == "clock_mhz") setting_.clock_mhz = number();
