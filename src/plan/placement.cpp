@@ -335,18 +335,27 @@ struct Candidate {
 Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj, long& evaluations) {
     std::vector<std::vector<int>> atoms;
     for (size_t a = 0; a < pp.atoms().size(); ++a) atoms.push_back({int(a)});
-    auto unit_cost = [&](const std::vector<int>& unit, const Placement& p) {
+    // a unit's nodes' seconds and dynamic joules where they are (device < 0) or were it put on `device`
+    auto unit_cost = [&](const std::vector<int>& unit, int device) {
         std::pair<double, double> sj{0, 0};
-        for (int a : unit)
+        for (int a : unit) {
+            const int d = device < 0 ? -1 : pp.device_for(a, device);
             for (int n : pp.atoms()[size_t(a)]) {
-                const predict::Cost& x = *pp.cost(size_t(n), p[size_t(n)]);
+                const predict::Cost& x = *pp.cost(size_t(n), d < 0 ? c.placement[size_t(n)] : d);
                 sj.first += x.seconds, sj.second += x.joules;
             }
+        }
         return sj;
     };
+    auto moves_anything = [&](const std::vector<int>& unit, int device) {
+        for (int a : unit)
+            if (c.placement[size_t(pp.atoms()[size_t(a)].front())] != pp.device_for(a, device)) return true;
+        return false;
+    };
     const size_t L = pp.layers().size(), D = pp.devices();
+    const std::vector<std::vector<int>>* phases[] = {&pp.layers(), &atoms};
     for (int round = 0; round < 5; ++round) {
-        for (const std::vector<std::vector<int>>* units : {&pp.layers(), const_cast<const std::vector<std::vector<int>>*>(&atoms)})
+        for (const std::vector<std::vector<int>>* units : phases)
             for (int passes = 0, steps = 0;;) {  // at most 10 steepest steps, then 20 passes
                 const bool violated = obj.violation(c.outcome) > 0;
                 if (violated ? ++steps > 10 : ++passes > 20) break;
@@ -357,12 +366,10 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                 };
                 std::vector<Move> moves;
                 for (size_t u = 0; u < units->size(); ++u) {
-                    const auto [secs, joules] = unit_cost((*units)[u], c.placement);
-                    for (size_t d = 0; d < pp.devices(); ++d) {
-                        Placement q = c.placement;
-                        put(pp, q, (*units)[u], int(d));
-                        if (q == c.placement) continue;
-                        const auto [s2, j2] = unit_cost((*units)[u], q);
+                    const auto [secs, joules] = unit_cost((*units)[u], -1);
+                    for (size_t d = 0; d < D; ++d) {
+                        if (!moves_anything((*units)[u], int(d))) continue;
+                        const auto [s2, j2] = unit_cost((*units)[u], int(d));
                         const double dt = s2 - secs, dj = j2 - joules;
                         const bool energy = obj.kind == Strategy::Objective::Energy;
                         if (violated) moves.push_back({u, int(d), dt});
@@ -373,9 +380,9 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                 bool moved = false;
                 Candidate steepest = c;
                 for (const Move& m : moves) {
+                    if (!moves_anything((*units)[m.unit], m.device)) continue;  // an earlier move of this pass got there
                     Placement q = c.placement;
                     put(pp, q, (*units)[m.unit], m.device);
-                    if (q == c.placement) continue;
                     const Outcome o = pp.evaluate(q);
                     ++evaluations;
                     if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
