@@ -101,9 +101,9 @@ nlohmann::json to_json(const Row& r) {
             {"evaluations", r.placed.evaluations}};
 }
 
-// Per layer: the devices of its forward, backward and update nodes and their modelled time.
-void print_layers(const Row& r, const SystemModel& sys, const TrainGraph& tg) {
-    const Graph& g = tg.graph;
+// Per layer: the devices of its forward, backward and update nodes and their simulated busy time.
+void print_layers(const Row& r, const SystemModel& sys) {
+    const Graph& g = r.lg.train.graph;
     struct Layer {
         std::string op;
         std::string dev[3];
@@ -111,19 +111,20 @@ void print_layers(const Row& r, const SystemModel& sys, const TrainGraph& tg) {
     };
     std::vector<std::string> order;
     std::map<std::string, Layer> layers;
-    const PlacementProblem pp(tg, sys, r.placed.settings);
     for (size_t i = 0; i < g.num_nodes(); ++i) {
         const Node& n = g.node(NodeId(i));
+        if (n.kind == OpKind::Transfer || n.kind == OpKind::Cast) continue;
         const std::string& name = layer_of(g, NodeId(i));
         auto [it, fresh] = layers.try_emplace(name);
         if (fresh) order.push_back(name);
         Layer& l = it->second;
         if (n.phase == Phase::Forward || n.phase == Phase::Loss) l.op = op_name(n.kind);
         const int slot = n.phase == Phase::Backward ? 1 : n.phase == Phase::Update ? 2 : 0;
-        const std::string& dev = sys.plan_devices[size_t(r.placed.placement[i])];
+        const ScheduledNode& x = r.s.nodes[i];
+        const std::string& dev = sys.plan_devices[size_t(x.device)];
         if (l.dev[slot].empty()) l.dev[slot] = dev;
         else if (l.dev[slot].find(dev) == std::string::npos) l.dev[slot] += "+" + dev;
-        l.ms += pp.cost(i, r.placed.placement[i])->seconds * 1e3;
+        l.ms += (x.end - x.start) * 1e3;
     }
     Table t({"layer", "op", "forward", "backward", "update", "busy ms"});
     for (const std::string& name : order) {
@@ -237,7 +238,7 @@ void add_plan(CLI::App& app) {
         for (size_t d = 0; d < sys.plan_devices.size(); ++d) std::cout << (d ? ", " : "") << sys.plan_devices[d];
         std::cout << "); every figure is MODELLED: a simulated iteration (plan/schedule.hpp)\n\n";
         if (!f->strategy.empty()) {
-            print_layers(mine, sys, tg);
+            print_layers(mine, sys);
             std::cout << "\n";
         }
         Table t({"strategy", "chose", "ms / iteration", "energy J", "idle J", "avg W", "capped W", "transfers", "FPGA switches", "fits"});

@@ -250,7 +250,6 @@ const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, D
 FpgaDesign best_fpga_design(const Graph& g, const DeviceModel& d, const Setting& s) {
     if (d.spec().kind != "fpga") throw Error("internal: an FPGA design for " + d.spec().name);
     std::vector<NodeId> nodes;
-    std::map<std::pair<int, int>, int> arrays_seen;  // (index in `candidates`, votes)
     std::vector<FpgaDesign> candidates;
     std::map<int, int> lanes;  // stream lanes -> nodes that pick them
     Setting own = s;

@@ -114,9 +114,10 @@ Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Set
 const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s = {});
 
 // FPGAs: the design (one bitstream, see FpgaDesign) that runs every FPGA node of g in the least total
-// time: candidates are the PE arrays the tuner picks node by node, each with the stream lanes it picks
-// most often (double buffering as most arrays have it), costed on every node; the empty design when
-// none fits beside its stream kernel. Its node costs land in the device's cache.
+// time: candidates are the PE arrays the tuner picks node by node (with the buffering it picked for
+// them; halved until the stream kernel fits beside them), each with the stream lanes the tuner picks
+// most often, costed on every node; the empty design when none fits. Its node costs land in the
+// device's cache.
 FpgaDesign best_fpga_design(const Graph& g, const DeviceModel& d, const Setting& s = {});
 
 // The same for a precomputed node description (what cost() derives from the graph), for callers that
