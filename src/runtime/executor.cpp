@@ -1,6 +1,7 @@
 #include "runtime/executor.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -28,9 +29,14 @@ struct Executor::Block {
 Executor::Executor(const LoweredGraph& lg, BackendSet& backends, ExecutorOptions opts) : g_(lg.train.graph) {
     JOULE_ASSERT(opts.keep.empty(), "a lowered graph's kept tensors are decided when it is lowered (LowerOptions::keep)");
     for (const auto& [device, s] : lg.plan.devices) {  // the plan's device settings, to the backends that model a device
+        auto exact = [](double v) {  // text that reads back as the very value the plan was simulated with
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.17g", v);
+            return std::string(buf);
+        };
         std::map<std::string, std::string> text;
-        if (s.power_limit_w) text["power_limit_w"] = std::to_string(*s.power_limit_w);
-        if (s.clock_mhz) text["clock_mhz"] = std::to_string(*s.clock_mhz);
+        if (s.power_limit_w) text["power_limit_w"] = exact(*s.power_limit_w);
+        if (s.clock_mhz) text["clock_mhz"] = exact(*s.clock_mhz);
         if (s.fpga_design) text["fpga_design"] = *s.fpga_design;
         backends.set_settings(device, text);
     }

@@ -15,9 +15,8 @@
 // them on the host.
 #pragma once
 
-#include <memory>
-
 #include <map>
+#include <memory>
 
 #include "backend/backend.hpp"
 #include "backend/reference/reference_backend.hpp"
