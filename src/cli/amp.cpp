@@ -56,7 +56,7 @@ void add_amp(CLI::App& app) {
         const predict::EfficiencyModel* eff = d.efficiency();
         const bool cpu = spec.kind == "cpu";  // then the plans run on this machine's cpu backend too
         if (f->measure > 0 && !cpu) throw Error("--measure trains on this machine's CPU; " + spec.name + " is not a CPU", "drop --measure for a predicted table");
-        const DType low = d.has(DType::BF16) ? DType::BF16 : d.has(DType::F16) ? DType::F16 : DType::F32;
+        const DType low = predict::low_precision(d);
         if (low == DType::F32) throw Error("device '" + spec.name + "' has no low precision (no peak_bf16_gflops or peak_f16_gflops in " + spec.path + ")");
         const TrainGraph tg = train_graph_of(f->net);
         const Graph& g = tg.graph;

@@ -31,10 +31,7 @@ predict::DeviceModel load_whole_net_device(const std::string& name, const std::s
 }
 
 RunsInDtype modelled_runs(const predict::DeviceModel& d) {
-    return [&d](const Graph& g, NodeId n, DType t) {
-        const OpKind k = g.node(n).kind;
-        return d.has(t) && !f32_only_op(k) && k != OpKind::Embedding && k != OpKind::EmbeddingBackward;
-    };
+    return [&d](const Graph& g, NodeId n, DType t) { return predict::runs_in(d, g, n, t); };
 }
 
 LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled) {

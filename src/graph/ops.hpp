@@ -162,6 +162,8 @@ inline bool has_bit(OperandMask m, size_t i) { return i < 8 && (m >> i) & 1u; }
 // The loss and optimizer updates compute in f32 by definition (log-sum-exp needs the range; f32 master
 // weights and optimizer state), whatever a plan says for their layer.
 inline bool f32_only_op(OpKind k) { return op_info(k).category == OpCategory::Loss || op_info(k).category == OpCategory::Update; }
+// A weight gradient's GEMM: mixed-precision plans store its output in f32 (the kernel writes it directly).
+inline bool weight_gradient(OpKind k) { return k == OpKind::ConvBackwardWeights || k == OpKind::LinearBackwardWeights; }
 
 struct Node;
 // Dropout's random stream: a hash of its seed attribute and the node's name (stable across passes).

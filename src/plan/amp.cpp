@@ -99,8 +99,6 @@ void dfs(const Graph& g, NodeId root, unsigned dir, Enter enter, Visit visit) {
 
 bool processed(const Graph& g, NodeId n) { return !f32_only_op(g.node(n).kind); }
 
-bool weight_gradient(OpKind k) { return k == OpKind::ConvBackwardWeights || k == OpKind::LinearBackwardWeights; }
-
 }  // namespace
 
 std::vector<bool> amp_fixed_f32(const Graph& g, const AmpContext& c) {

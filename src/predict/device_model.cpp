@@ -242,6 +242,14 @@ GraphCost graph_cost(const Graph& g, const DeviceModel& d, const Setting& s) {
     return r;
 }
 
+bool runs_in(const DeviceModel& d, const Graph& g, NodeId n, DType dtype) {
+    const OpKind k = g.node(n).kind;
+    if (d.spec().kind == "fpga" && !fpga_runs(k)) return false;
+    return d.has(dtype) && !f32_only_op(k) && k != OpKind::Embedding && k != OpKind::EmbeddingBackward;
+}
+
+DType low_precision(const DeviceModel& d) { return d.has(DType::BF16) ? DType::BF16 : d.has(DType::F16) ? DType::F16 : DType::F32; }
+
 const TunedKernel& fpga_kernel(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s) {
     const FpgaNode x = fpga_node(g, n, d, dtype, s);
     return tuned_kernel(x.work, d, x.clock_mhz, x.limit_w, x.design);

@@ -53,6 +53,7 @@ struct Setting {
     double power_limit_w = 0;
     double clock_mhz = 0;
     FpgaDesign fpga_design;  // FPGAs: the bitstream's kernels (empty: each node its own tuned kernel)
+    bool operator==(const Setting&) const = default;
 };
 
 struct Cost {
@@ -108,6 +109,13 @@ DeviceModel load_device_model(const std::string& name_alias_or_path, double shar
 // What a node would cost: computing in `dtype` (its operands stored as operand_dtype() says). Throws
 // Error when the device has no peak for dtype (a planner asks has() first) or the setting is invalid.
 Cost cost(const Graph& g, NodeId n, const DeviceModel& d, DType dtype, const Setting& s = {});
+
+// Whether a modelled device computes node n in a reduced precision dtype: it has a peak for dtype, the op
+// is not f32-only (losses, optimizer updates), not an embedding and, on an FPGA, has a kernel.
+bool runs_in(const DeviceModel& d, const Graph& g, NodeId n, DType dtype);
+// A device's low precision for mixed-precision plans: bf16 where it has it (f32's range: no loss
+// scaling), else f16, else f32 (none).
+DType low_precision(const DeviceModel& d);
 
 // FPGAs: the tuned kernel cost() charges node n at the setting (cached per shape and setting) -- what a
 // schedule compares to price a configuration switch. Error as cost() for a node without an FPGA kernel.

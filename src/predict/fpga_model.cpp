@@ -42,8 +42,6 @@ bool stream_kind(OpKind k) {
     }
 }
 
-bool weight_gradient(OpKind k) { return k == OpKind::ConvBackwardWeights || k == OpKind::LinearBackwardWeights; }
-
 double dsp_per_mac(const hw::DeviceSpec& d, DType t) { return t == DType::BF16 ? d.fpga.dsp_per_bf16_mac : d.fpga.dsp_per_f32_fma; }
 
 double clock_of(const FpgaConfig& c, const hw::DeviceSpec& d) { return c.clock_mhz > 0 ? c.clock_mhz : d.clock_default_mhz; }
