@@ -344,11 +344,11 @@ TEST(Cli, TrainRunsAPlanWithLayersOnTheEmulatedFpga) {
 TEST(Cli, PlanComparesStrategiesAndWritesPlansAndTraces) {
     Result r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10");
     EXPECT_EQ(r.code, 0) << r.out;
-    for (const char* s : {"MODELLED", "single:cpu", "single:cuda:v100", "single:fpga_emu:s10", "cnnlab", "heft", "energy", "FPGA switches"})
+    for (const char* s : {"MODELLED", "single:cpu", "single:cuda:v100", "single:fpga_emu:s10", "cnnlab", "heft", "energy", "energy + amp optimal", "joint", "FPGA switches"})
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     const auto j = run_json("plan --net lenet5 --batch 8 --system cpu+k40+de5 --json");
     EXPECT_EQ(j["schema"], "joule.plan/1");
-    ASSERT_EQ(j["plans"].size(), 6u);
+    ASSERT_EQ(j["plans"].size(), 8u);
     for (const auto& p : j["plans"]) {
         EXPECT_NEAR(p["joules"].get<double>(), p["dynamic_joules"].get<double>() + p["idle_joules"].get<double>() + p["transfer_joules"].get<double>(), 1e-9) << p;
         EXPECT_GT(p["seconds"].get<double>(), 0) << p;
@@ -377,6 +377,18 @@ TEST(Cli, PlanComparesStrategiesAndWritesPlansAndTraces) {
     r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy powercap:150");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("GPU power limiting: single:cuda:v100"), std::string::npos) << r.out;
+    // precision: placement then a policy (--amp), and joint choosing both; their plans lower and say each node's dtype
+    r = run("plan --net resnet18 --batch 16 --system cpu+v100+s10 --strategy joint --out " + plan);
+    ASSERT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"cuda:v100 f16", "single:cuda:v100 + amp optimal", "time bound"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    EXPECT_EQ(run("inspect resnet18 --batch 16 --optimizer sgd --plan " + plan).code, 0) << "the joint plan lowers";
+    const auto amp = run_json("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy energy --amp greedy --json");
+    EXPECT_EQ(amp["plans"][0]["strategy"], "energy + amp greedy");
+    EXPECT_GT(amp["plans"][0]["casts"].get<int>(), 0);
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --amp greedy", "--amp puts a precision policy over one strategy's placement");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy joint --amp optimal", "--strategy joint chooses each node's precision itself");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy energy --amp fastest", "--amp");
+    expect_failure("plan --net lenet5 --system cpu+v100+s10 --strategy joint:x", "the slack 'x' is not a number");
     r = run("plan --net lenet5 --batch 8 --system k40+de5 --pareto");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("time-energy frontier"), std::string::npos) << r.out;
@@ -429,7 +441,15 @@ TEST(Cli, TrainPlansForASystemAndTrainsUnderThePlan) {
     expect_failure("train --system cpu+s10 --dataset synthetic", "--system requires --strategy");
     expect_failure("train --strategy energy --dataset synthetic", "--strategy requires --system");
     expect_failure("train --system cpu+s10 --strategy fastest --dataset synthetic", "unknown --strategy 'fastest'");
-    expect_failure("train --system cpu+s10 --strategy energy --amp greedy --dataset synthetic", "excludes");
+    // placement then precision, and joint: bf16 on this CPU and the FPGA, casts between, the losses of all-CPU f32 within bf16's rounding
+    for (const std::string s : {"energy --amp greedy", "joint"}) {
+        const auto m = run_json("train --system cpu+s10 --strategy " + s + common);
+        EXPECT_EQ(m["placement"]["strategy"], s == "joint" ? "joint" : "energy + amp greedy") << m;
+        EXPECT_GT(m["casts"].get<int>(), 0) << s;
+        EXPECT_NEAR(m["epochs"][0]["loss"].get<double>(), a, 0.02 * std::abs(a)) << s;
+    }
+    expect_failure("train --system cpu+s10 --strategy joint --amp greedy --dataset synthetic", "--strategy joint chooses each node's precision itself");
+    expect_failure("train --system cpu+s10 --strategy energy --amp fast --dataset synthetic", "--amp");
     expect_failure("train --system cpu+s10 --strategy energy --plan x.yaml --dataset synthetic", "excludes");
     expect_failure("train --system cpu+v100+s10 --strategy single:cuda:v100 --dataset synthetic --steps 1", "this build has no CUDA backend");
 }

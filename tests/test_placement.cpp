@@ -49,9 +49,7 @@ TrainGraph random_net(std::mt19937& rng, int hidden) {
     return build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.1f, 0.9f));
 }
 
-Schedule simulated(const TrainGraph& tg, const SystemModel& sys, const Placement& p, const std::vector<predict::Setting>& settings) {
-    return simulate(lower(TrainGraph(tg), plan_of(tg, sys, p, settings, "test")), sys);
-}
+Schedule simulated(const TrainGraph& tg, const SystemModel& sys, const Plan& plan) { return simulate(lower(TrainGraph(tg), plan), sys); }
 
 void expect_same(const Outcome& o, const Schedule& s, const std::string& what) {
     EXPECT_NEAR(o.seconds, s.seconds, 1e-12 + 1e-9 * s.seconds) << what;
@@ -81,9 +79,53 @@ TEST(Placement, TheFastEvaluationIsTheSimulationOfTheLoweredPlan) {
                     for (int a : unit)
                         for (int n : pp.atoms()[size_t(a)]) p[size_t(n)] = pp.device_for(a, dev);
                 }
-                expect_same(pp.evaluate(p), simulated(tg, sys, p, pp.settings()), std::string(name) + " trial " + std::to_string(trial));
+                expect_same(pp.evaluate(p), simulated(tg, sys, pp.plan_of(p, "test")), std::string(name) + " trial " + std::to_string(trial));
             }
         }
+}
+
+// With precision options: casts (f32 <-> bf16 on the CPU and the FPGA, f32 <-> f16 on the V100, f16 <->
+// bf16 between them), their transfers and f16's loss scaling, as the lowered plan inserts them.
+TEST(Placement, TheFastEvaluationWithPrecisionsIsTheSimulationOfTheLoweredPlan) {
+    const TrainGraph nets[] = {test::zoo_train_graph("resnet18", 4, 32), test::zoo_train_graph("mobilenet_v2", 2, 32), test::zoo_train_graph("lenet5", 16)};
+    std::mt19937 rng(11);
+    for (const char* name : {"cpu+v100+s10", "cpu+s10"})
+        for (const TrainGraph& tg : nets) {
+            const SystemModel& sys = system(name);
+            const PlacementProblem pp(tg, sys, {}, true);
+            ASSERT_EQ(pp.options(), 2 * pp.devices());
+            int casts = 0;
+            for (int trial = 0; trial < 10; ++trial) {
+                // every atom on a random option, or whole layers; every third trial one device in random precisions
+                Placement p(pp.nodes(), sys.host);
+                const int device = int(rng() % pp.devices());
+                for (size_t a = 0; a < pp.atoms().size(); ++a) {
+                    const int o = trial % 3 == 2 ? device + int(pp.devices()) * int(rng() % 2) : int(rng() % pp.options());
+                    const int chosen = pp.device_for(int(a), o);
+                    for (int n : pp.atoms()[a]) p[size_t(n)] = chosen;
+                }
+                if (trial % 3 == 1)
+                    for (const auto& unit : pp.layers()) {
+                        const int o = int(rng() % pp.options());
+                        for (int a : unit)
+                            for (int n : pp.atoms()[size_t(a)]) p[size_t(n)] = pp.device_for(a, o);
+                    }
+                const Outcome o = pp.evaluate(p);
+                const std::string what = std::string(name) + " trial " + std::to_string(trial);
+                const LoweredGraph lg = lower(TrainGraph(tg), pp.plan_of(p, "test"));
+                expect_same(o, simulate(lg, sys), what);
+                EXPECT_EQ(size_t(o.casts), lg.casts) << what;
+                EXPECT_NEAR(o.loss_scaling_seconds, simulate(lg, sys).loss_scaling_seconds, 1e-15) << what;
+                casts += o.casts;
+            }
+            EXPECT_GT(casts, 0) << name;
+        }
+    // a node's options: f32 everywhere it has a kernel, the low precision where the device has one
+    const SystemModel& sys = system("cpu+v100+s10");
+    const PlacementProblem pp(nets[2], sys, {}, true);
+    EXPECT_EQ(pp.low_precision(sys.index_of("cuda:v100")), DType::F16);
+    EXPECT_EQ(pp.low_precision(sys.index_of("fpga_emu:s10")), DType::BF16);
+    EXPECT_EQ(pp.low_precision(sys.host), DType::F32) << "the Xeon Gold 6148 has no bf16";
 }
 
 // Every layer placement enumerated: the optimum of an objective, for exact to equal.
@@ -166,7 +208,7 @@ TEST(Placement, EveryStrategyIsFeasibleKeepsItsConstraintAndBeatsTheBaselines) {
             const Placed p = place(tg, sys, s);
             const std::string what = name + " on net " + std::to_string(k);
             EXPECT_EQ(p.placement.size(), tg.graph.num_nodes()) << what;
-            const Schedule sim = simulated(tg, sys, p.placement, p.settings);
+            const Schedule sim = simulated(tg, sys, p.plan);
             ASSERT_TRUE(sim.fits) << what;
             expect_same(p.outcome, sim, what);
             for (const Placed& b : baselines) {
@@ -184,6 +226,45 @@ TEST(Placement, EveryStrategyIsFeasibleKeepsItsConstraintAndBeatsTheBaselines) {
             EXPECT_TRUE(p.meets) << what;
         }
     }
+}
+
+// joint: within the fastest baseline in any precision, no worse than any of them under that bound nor
+// than placement-then-precision (energy's placement, then the optimal policy) where that holds it.
+TEST(Placement, JointChoosesDeviceAndPrecisionTogetherAndBeatsPlacementThenPrecision) {
+    std::mt19937 rng(3);
+    std::vector<TrainGraph> nets;
+    for (int i = 0; i < 2; ++i) nets.push_back(random_net(rng, 3 + 2 * i));
+    nets.push_back(test::zoo_train_graph("resnet18", 16, 32));
+    for (size_t k = 0; k < nets.size(); ++k)
+        for (const char* name : {"cpu+v100+s10", "cpu+s10"}) {
+            const TrainGraph& tg = nets[k];
+            const SystemModel& sys = system(name);
+            const std::string what = std::string(name) + " net " + std::to_string(k);
+            const Placed j = place(tg, sys, parse_strategy("joint"));
+            ASSERT_TRUE(j.meets) << what;
+            const Schedule sim = simulated(tg, sys, j.plan);
+            ASSERT_TRUE(sim.fits) << what;
+            expect_same(j.outcome, sim, what);
+            // the baselines in every precision: each single device in f32, all-low, under greedy and optimal
+            const Placed e = place(tg, sys, parse_strategy("energy"));
+            double fastest = INFINITY;
+            std::vector<Placed> singles;
+            for (const std::string& d : sys.plan_devices) {
+                const Placed f32 = place(tg, sys, parse_strategy("single:" + d));
+                for (const AmpPolicy a : {AmpPolicy::Off, AmpPolicy::Greedy, AmpPolicy::Optimal}) singles.push_back(with_precision(tg, sys, f32, a));
+            }
+            for (const Placed& b : singles)
+                if (b.outcome.fits) fastest = std::min(fastest, b.outcome.seconds);
+            EXPECT_LE(j.bound_seconds, fastest * (1 + 1e-9)) << what;
+            EXPECT_LE(j.outcome.seconds, j.bound_seconds * (1 + 1e-12)) << what;
+            for (const Placed& b : singles)
+                if (b.outcome.seconds <= j.bound_seconds) { EXPECT_LE(j.outcome.joules(), b.outcome.joules() * (1 + 1e-9)) << what << " vs " << b.strategy; }
+            const Placed then = with_precision(tg, sys, e, AmpPolicy::Optimal);
+            EXPECT_EQ(then.strategy, "energy + amp optimal");
+            expect_same(then.outcome, simulated(tg, sys, then.plan), what + " energy + amp optimal");
+            if (then.outcome.seconds <= j.bound_seconds) { EXPECT_LE(j.outcome.joules(), then.outcome.joules() * (1 + 1e-9)) << what; }
+            EXPECT_GE(then.outcome.joules(), 0.0);
+        }
 }
 
 TEST(Placement, AtomsKeepInPlaceWritersTogetherAndLayersHoldTheirPasses) {
@@ -221,8 +302,10 @@ TEST(Placement, StrategiesParseAndBadOnesAreErrors) {
     EXPECT_EQ(parse_strategy("exact:time").name(), "exact:time");
     EXPECT_EQ(parse_strategy("heft").objective, Strategy::Objective::Time);
     EXPECT_EQ(parse_strategy("single:cuda:v100").device, "cuda:v100");
+    EXPECT_EQ(parse_strategy("joint").kind, Strategy::Kind::Joint);
+    EXPECT_EQ(parse_strategy("joint:0.1").name(), "joint:0.1");
     for (const char* bad : {"", "energy:", "energy:-0.1", "energy:x", "energy:nan", "powercap:0", "powercap:-5", "powercap:", "exact:powercap:", "exact:fast",
-                            "single:", "greedy", "Energy"})
+                            "single:", "greedy", "Energy", "joint:", "joint:x", "joint:-1", "joint:time"})
         EXPECT_THROW(parse_strategy(bad), Error) << bad;
     EXPECT_THROW(place(test::zoo_train_graph("lenet5", 4), system("cpu+v100+s10"), parse_strategy("single:cuda:a100")), Error);
 }

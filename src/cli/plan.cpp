@@ -1,9 +1,11 @@
 // `joule plan`: placement on a system of data/hw (plan/placement.hpp). Every figure is MODELLED: each
 // plan is lowered (transfers inserted) and its iteration simulated (plan/schedule.hpp) -- time, energy
 // (dynamic + idle of every device + links), average power, transfers and FPGA switches.
-//   no --strategy   every single-device baseline and the cnnlab, heft and energy plans side by side
+//   no --strategy   every single-device baseline, cnnlab, heft, energy, energy then the optimal amp
+//                   policy, and joint side by side
 //   --strategy S    S's per-layer device table and its savings against each baseline; --out writes its
-//                   plan for `joule train --plan`, --trace a Chrome trace of the simulated iteration
+//                   plan for `joule train --plan`, --trace a Chrome trace of the simulated iteration;
+//                   --amp P puts policy P's precision over S's placement (placement, then precision)
 //   --pareto        the time-energy frontier over the strategies and energy's slacks
 #include <cmath>
 #include <fstream>
@@ -22,7 +24,7 @@ namespace joule::cli {
 namespace {
 struct PlanFlags {
     NetOptions net;
-    std::string system, strategy, out, trace;
+    std::string system, strategy, out, trace, amp;
     bool json = false, pareto = false;
 };
 
@@ -32,8 +34,15 @@ struct Row {
     Schedule s;
 };
 
-Row run(const TrainGraph& tg, const SystemModel& sys, const Strategy& st) {
-    Row r{place(tg, sys, st), {}, {}};
+// A strategy, and the precision policy put over its placement (none: f32, or joint's own choice).
+struct Planned {
+    Strategy strategy;
+    std::optional<AmpPolicy> amp;
+};
+
+Row run(const TrainGraph& tg, const SystemModel& sys, const Planned& p) {
+    Row r{place(tg, sys, p.strategy), {}, {}};
+    if (p.amp) r.placed = with_precision(tg, sys, r.placed, *p.amp);
     r.lg = lower(TrainGraph(tg), r.placed.plan);
     r.s = simulate(r.lg, sys);
     return r;
@@ -60,7 +69,7 @@ std::vector<Limited> gpu_power_limiting(const TrainGraph& tg, const SystemModel&
         SystemModel limited = sys;
         auto at = [&](double w) {
             limited.settings[d].power_limit_w = w;
-            return run(tg, limited, parse_strategy("single:" + sys.plan_devices[d]));
+            return run(tg, limited, {parse_strategy("single:" + sys.plan_devices[d]), std::nullopt});
         };
         Limited l{sys.plan_devices[d], std::clamp(cap, spec.power_limit_min_w, spec.power_limit_max_w), at(std::clamp(cap, spec.power_limit_min_w, spec.power_limit_max_w)), 0, {}};
         auto holds = [&](const Row& r) { return r.placed.outcome.capped_watts <= cap * (1 + 1e-9); };
@@ -82,7 +91,11 @@ std::vector<Limited> gpu_power_limiting(const TrainGraph& tg, const SystemModel&
 }
 
 nlohmann::json to_json(const Row& r) {
+    nlohmann::json low = nlohmann::json::object();  // per device: its nodes computing below f32
+    for (const Node& n : r.lg.train.graph.nodes())
+        if (n.kind != OpKind::Transfer && n.kind != OpKind::Cast && n.compute != DType::F32) low[n.device] = low.value(n.device, 0) + 1;
     return {{"strategy", r.placed.strategy},
+            {"low_nodes", low},
             {"chosen", r.placed.chosen},
             {"meets", r.placed.meets},
             {"seconds", r.s.seconds},
@@ -93,6 +106,7 @@ nlohmann::json to_json(const Row& r) {
             {"watts", r.s.watts()},
             {"capped_watts", r.placed.outcome.capped_watts},
             {"transfers", r.lg.transfers},
+            {"casts", r.lg.casts},
             {"switches", r.s.switches},
             {"switch_seconds", r.s.switch_seconds},
             {"fits", r.s.fits},
@@ -121,7 +135,7 @@ void print_layers(const Row& r, const SystemModel& sys) {
         if (n.phase == Phase::Forward || n.phase == Phase::Loss) l.op = op_name(n.kind);
         const int slot = n.phase == Phase::Backward ? 1 : n.phase == Phase::Update ? 2 : 0;
         const ScheduledNode& x = r.s.nodes[i];
-        const std::string& dev = sys.plan_devices[size_t(x.device)];
+        const std::string dev = sys.plan_devices[size_t(x.device)] + (n.compute == DType::F32 ? "" : std::string(" ") + dtype_name(n.compute));
         if (l.dev[slot].empty()) l.dev[slot] = dev;
         else if (l.dev[slot].find(dev) == std::string::npos) l.dev[slot] += "+" + dev;
         l.ms += (x.end - x.start) * 1e3;
@@ -163,7 +177,10 @@ void add_plan(CLI::App& app) {
     cmd->add_option("--system", f->system, "a system of data/hw (name or alias, e.g. cpu+v100+s10; joule devices lists them)")->required();
     cmd->add_option("--strategy", f->strategy,
                     "single:<device>, cnnlab, heft, energy[:<slack>] (least energy, time within (1 + slack) x the fastest baseline), powercap:<W>, "
-                    "exact[:<slack>|:time|:powercap:<W>]; default: the baselines, cnnlab, heft and energy side by side");
+                    "exact[:<slack>|:time|:powercap:<W>], joint[:<slack>] (energy's, choosing each node's precision too); default: the baselines, cnnlab, heft, "
+                    "energy, energy with --amp optimal and joint side by side");
+    cmd->add_option("--amp", f->amp, "placement, then precision: this policy (off, greedy, autocast, campo, optimal) over the --strategy's placement")
+        ->check(CLI::IsMember({"off", "greedy", "autocast", "campo", "optimal"}));
     cmd->add_option("--out", f->out, "write the --strategy's plan for joule train --plan");
     cmd->add_option("--trace", f->trace, "write the --strategy's simulated iteration as a Chrome trace (Perfetto, chrome://tracing)");
     cmd->add_flag("--pareto", f->pareto, "the time-energy frontier of the strategies and energy at slacks 0 to 4");
@@ -171,23 +188,32 @@ void add_plan(CLI::App& app) {
     cmd->callback([f] {
         if ((!f->out.empty() || !f->trace.empty()) && f->strategy.empty()) throw Error("--out and --trace take one strategy's plan", "add --strategy S");
         if (f->pareto && !f->strategy.empty()) throw Error("--pareto compares the strategies itself", "drop --strategy");
+        if (!f->amp.empty() && f->strategy.empty()) throw Error("--amp puts a precision policy over one strategy's placement", "add --strategy S");
         const SystemModel sys = load_system_model(f->system);
-        std::vector<Strategy> strategies;
-        std::vector<Strategy> baselines;
-        for (const std::string& d : sys.plan_devices) baselines.push_back(parse_strategy("single:" + d));
+        std::vector<Planned> strategies;
+        std::vector<Planned> baselines;
+        for (const std::string& d : sys.plan_devices) baselines.push_back({parse_strategy("single:" + d), std::nullopt});
         if (!f->strategy.empty()) {
-            strategies.push_back(parse_strategy(f->strategy));
-            if (strategies.front().kind == Strategy::Kind::Single) sys.index_of(strategies.front().device);
+            strategies.push_back({parse_strategy(f->strategy), f->amp.empty() ? std::nullopt : std::optional(parse_amp_policy(f->amp))});
+            const Strategy& s = strategies.front().strategy;
+            if (s.kind == Strategy::Kind::Single) sys.index_of(s.device);
+            if (s.kind == Strategy::Kind::Joint && strategies.front().amp) throw Error("--strategy joint chooses each node's precision itself", "drop --amp, or name another strategy");
+            // a plan in low precision is also set against each device under the same policy (joint: optimal)
+            if (const std::optional<AmpPolicy> amp = s.kind == Strategy::Kind::Joint ? AmpPolicy::Optimal : strategies.front().amp; amp && *amp != AmpPolicy::Off)
+                for (const std::string& d : sys.plan_devices) baselines.push_back({parse_strategy("single:" + d), amp});
         } else {
             strategies = baselines;
-            for (const char* s : {"cnnlab", "heft", "energy"}) strategies.push_back(parse_strategy(s));
+            for (const char* s : {"cnnlab", "heft", "energy"}) strategies.push_back({parse_strategy(s), std::nullopt});
+            strategies.push_back({parse_strategy("energy"), AmpPolicy::Optimal});
+            strategies.push_back({parse_strategy("joint"), std::nullopt});
             if (f->pareto)
-                for (const char* s : {"energy:0.05", "energy:0.1", "energy:0.25", "energy:0.5", "energy:1", "energy:2", "energy:4"}) strategies.push_back(parse_strategy(s));
+                for (const char* s : {"energy:0.05", "energy:0.1", "energy:0.25", "energy:0.5", "energy:1", "energy:2", "energy:4"})
+                    strategies.push_back({parse_strategy(s), std::nullopt});
         }
         const TrainGraph tg = train_graph_of(f->net);
         std::vector<Row> rows, base;
-        for (const Strategy& s : strategies) rows.push_back(run(tg, sys, s));
-        for (const Strategy& s : baselines) base.push_back(run(tg, sys, s));
+        for (const Planned& s : strategies) rows.push_back(run(tg, sys, s));
+        for (const Planned& s : baselines) base.push_back(run(tg, sys, s));
         const Row& mine = rows.front();
         if (!f->out.empty()) {
             Plan p = mine.placed.plan;
@@ -217,9 +243,9 @@ void add_plan(CLI::App& app) {
                 nlohmann::json b = nlohmann::json::array();
                 for (const Row& r : base) b.push_back(to_json(r));
                 doc["baselines"] = b;
-                if (strategies.front().objective == Strategy::Objective::Powercap) {
+                if (strategies.front().strategy.objective == Strategy::Objective::Powercap) {
                     nlohmann::json g = nlohmann::json::array();
-                    for (const Limited& l : gpu_power_limiting(tg, sys, strategies.front().watts)) {
+                    for (const Limited& l : gpu_power_limiting(tg, sys, strategies.front().strategy.watts)) {
                         nlohmann::json j = to_json(l.row);
                         j["device"] = l.device, j["limit_w"] = l.limit_w;
                         if (l.holding) {
@@ -241,10 +267,10 @@ void add_plan(CLI::App& app) {
             print_layers(mine, sys);
             std::cout << "\n";
         }
-        Table t({"strategy", "chose", "ms / iteration", "energy J", "idle J", "avg W", "capped W", "transfers", "FPGA switches", "fits"});
+        Table t({"strategy", "chose", "ms / iteration", "energy J", "idle J", "avg W", "capped W", "transfers", "casts", "FPGA switches", "fits"});
         auto add = [&](const Row& r, const std::string& mark) {
             t.add({r.placed.strategy + mark, r.placed.chosen, fixed(r.s.seconds * 1e3, 2), fixed(r.s.joules(), 3), fixed(r.s.idle_joules, 3), fixed(r.s.watts(), 1),
-                   fixed(r.placed.outcome.capped_watts, 1), std::to_string(r.lg.transfers),
+                   fixed(r.placed.outcome.capped_watts, 1), std::to_string(r.lg.transfers), std::to_string(r.lg.casts),
                    std::to_string(r.s.switches) + (r.s.switches ? " (" + fixed(r.s.switch_seconds * 1e3, 0) + " ms)" : ""),
                    r.s.fits ? (r.placed.meets ? "yes" : "yes, misses its constraint") : "no: " + r.s.why_not});
         };
@@ -259,7 +285,7 @@ void add_plan(CLI::App& app) {
                 v.add({b.placed.strategy, fixed(b.s.seconds * 1e3, 2), fixed(b.s.joules(), 3), b.s.fits ? percent(mine.s.seconds / b.s.seconds - 1) : "does not fit",
                        b.s.fits ? percent(mine.s.joules() / b.s.joules() - 1) : "-"});
             v.print(std::cout);
-            const Strategy& st = strategies.front();
+            const Strategy& st = strategies.front().strategy;
             if (st.objective == Strategy::Objective::Energy && st.kind != Strategy::Kind::Single && st.kind != Strategy::Kind::Cnnlab)
                 std::cout << "time bound " << fixed(mine.placed.bound_seconds * 1e3, 2) << " ms (the fastest baseline x " << fixed(1 + st.slack, 2) << ")\n";
             if (st.objective == Strategy::Objective::Powercap) {

@@ -172,10 +172,11 @@ void add_train(CLI::App& app) {
                     ->check(CLI::IsMember({"off", "greedy", "autocast", "campo", "optimal"}));
     for (const char* o : {"--dtype", "--dtype-scope", "--plan"}) amp->excludes(o);
     auto* system = cmd->add_option("--system", f->system, "plan for a system of data/hw whose CPU is this machine's (e.g. cpu+s10) with --strategy, then train under the plan");
-    auto* strategy = cmd->add_option("--strategy", f->strategy, "a joule plan strategy (energy, powercap:W, heft, cnnlab, single:DEVICE, ...)");
+    auto* strategy = cmd->add_option("--strategy", f->strategy,
+                                     "a joule plan strategy (energy, powercap:W, heft, cnnlab, single:DEVICE, joint, ...); with --amp P, placement then policy P");
     system->needs(strategy);
     strategy->needs(system);
-    for (const char* o : {"--dtype", "--dtype-scope", "--plan", "--amp"}) system->excludes(o), strategy->excludes(o);
+    for (const char* o : {"--dtype", "--dtype-scope", "--plan"}) system->excludes(o), strategy->excludes(o);
     auto* energy = cmd->add_flag("--energy", f->energy, "measure (or, without a readable counter, model) energy per layer");
     cmd->add_option("--meter", f->meter, "auto, rapl (powercap), perf (RAPL perf_event), nvml or modelled")
         ->capture_default_str()
@@ -207,7 +208,7 @@ void add_train(CLI::App& app) {
         o.threads = f->threads;
         o.seed = f->seed;
         o.plan_file = f->plan;
-        o.amp = f->amp;
+        o.amp = f->system.empty() ? f->amp : "";  // with --system, the policy goes over the placement
         o.dtype = parse_dtype(f->net.dtype);
         o.scope = parse_precision_scope(f->net.scope);
         o.energy = f->energy;
@@ -228,8 +229,11 @@ void add_train(CLI::App& app) {
         if (!f->system.empty()) {
             sys.emplace(load_system_model(f->system));
             const Strategy st = parse_strategy(f->strategy);
-            o.plan_for = [&sys, st, placed](const TrainGraph& tg) {
+            const std::optional<AmpPolicy> amp = f->amp.empty() ? std::nullopt : std::optional(parse_amp_policy(f->amp));
+            if (amp && st.kind == Strategy::Kind::Joint) throw Error("--strategy joint chooses each node's precision itself", "drop --amp, or name another strategy");
+            o.plan_for = [&sys, st, amp, placed](const TrainGraph& tg) {
                 *placed = place(tg, *sys, st);
+                if (amp) *placed = with_precision(tg, *sys, **placed, *amp);
                 return (*placed)->plan;
             };
         }

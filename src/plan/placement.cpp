@@ -19,33 +19,44 @@ bool is_fpga(const SystemModel& sys, int d) { return sys.devices[size_t(d)].spec
 
 }  // namespace
 
-PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys, std::vector<predict::Setting> settings)
+PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys, std::vector<predict::Setting> settings, bool precision)
     : tg_(&tg), sys_(&sys), settings_(settings.empty() ? sys.settings : std::move(settings)) {
     const Graph& g = tg.graph;
-    const size_t N = g.num_nodes(), D = sys.devices.size();
+    const size_t N = g.num_nodes(), D = sys.devices.size(), O = precision ? 2 * D : D;
     if (settings_.size() != D) throw Error("internal: a setting per device of the system");
-    costs_.assign(N, std::vector<std::optional<predict::Cost>>(D));
-    kernels_.assign(N, std::vector<const predict::TunedKernel*>(D, nullptr));
+    low_.assign(D, DType::F32);
+    if (precision)
+        for (size_t d = 0; d < D; ++d) low_[d] = predict::low_precision(sys.devices[d]);
+    costs_.assign(N, std::vector<std::optional<predict::Cost>>(O));
+    kernels_.assign(N, std::vector<const predict::TunedKernel*>(O, nullptr));
     for (size_t i = 0; i < N; ++i) {
         const NodeId id = NodeId(i);
         const Node& n = g.node(id);
         if (n.kind == OpKind::Transfer || n.kind == OpKind::Cast) throw Error("internal: the placement planner takes a training graph before any pass");
-        for (size_t d = 0; d < D; ++d) {
+        for (size_t o = 0; o < O; ++o) {
+            const size_t d = o % D;
             const predict::DeviceModel& m = sys.devices[d];
+            const DType t = o < D ? DType::F32 : low_[d];
+            if (o >= D && (t == DType::F32 || !predict::runs_in(m, g, id, t))) continue;
             if (is_fpga(sys, int(d))) {
                 if (!predict::fpga_runs(n.kind)) continue;
-                kernels_[i][d] = &predict::fpga_kernel(g, id, m, n.compute, settings_[d]);
+                kernels_[i][o] = &predict::fpga_kernel(g, id, m, t, settings_[d]);
             }
-            costs_[i][d] = predict::cost(g, id, m, n.compute, settings_[d]);
+            costs_[i][o] = predict::cost(g, id, m, t, settings_[d]);
         }
     }
     // tensors: size, producer, the node writing it in place, first reader, last use
     tensors_.resize(g.num_tensors());
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
-        tensors_[t].bytes = double(x.desc.bytes());
+        tensors_[t].elements = double(x.desc.numel()), tensors_[t].dtype = x.desc.dtype;
         tensors_[t].persistent = persists(x.role);
         tensors_[t].producer = x.producer == kNone ? -1 : int(x.producer);
+        if (x.producer != kNone) {
+            const Node& n = g.node(x.producer);
+            const size_t k = size_t(std::find(n.outputs.begin(), n.outputs.end(), TensorId(t)) - n.outputs.begin());
+            tensors_[t].f32_output = has_bit(op_info(n.kind).f32_outputs, k) || (weight_gradient(n.kind) && k == 0);
+        }
     }
     // atoms: union-find over in-place writers and the tensors' producers / other writers
     std::vector<int> parent(N);
@@ -86,16 +97,43 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
     }
 }
 
+DType PlacementProblem::dtype(size_t node, int option) const {
+    const Node& n = tg_->graph.node(NodeId(node));
+    return option < int(devices()) || f32_only_op(n.kind) ? DType::F32 : low_[size_t(device_of(option))];
+}
+
 double PlacementProblem::transfer_seconds(double bytes, int a, int b) const {
     double s = 0;
-    for (const auto& [slot, link] : routes_[size_t(a) * devices() + size_t(b)]) s += predict::transfer_cost(bytes, *link).seconds;
+    for (const auto& [slot, link] : routes_[size_t(device_of(a)) * devices() + size_t(device_of(b))]) s += predict::transfer_cost(bytes, *link).seconds;
     return s;
 }
 
-int PlacementProblem::device_for(int atom, int device) const {
-    for (int n : atoms_[size_t(atom)])
-        if (!costs_[size_t(n)][size_t(device)]) return sys_->host;
-    return device;
+int PlacementProblem::device_for(int atom, int option) const {
+    auto runs = [&](int o) {
+        for (int n : atoms_[size_t(atom)])
+            if (!costs_[size_t(n)][size_t(o)]) return false;
+        return true;
+    };
+    const int D = int(devices()), host = sys_->host;
+    for (const int o : {option, device_of(option), option >= D ? host + D : host})
+        if (o < int(options()) && runs(o)) return o;
+    return host;
+}
+
+const PlacementProblem::CastCost& PlacementProblem::cast(size_t tensor, DType from, DType to, int device) const {
+    auto [it, fresh] = casts_.try_emplace({tensor, from, to, device});
+    if (fresh) {
+        TensorDesc desc = tg_->graph.tensor(TensorId(tensor)).desc;
+        desc.dtype = from;
+        const std::string name = std::to_string(casts_.size());
+        const TensorId out = cast_graph_.add1(OpKind::Cast, CastAttrs{to}, {cast_graph_.input(name, desc)}, "cast:" + name);
+        const NodeId id = cast_graph_.tensor(out).producer;
+        cast_graph_.node(id).compute = to;
+        const predict::DeviceModel& m = sys_->devices[size_t(device)];
+        it->second.cost = predict::cost(cast_graph_, id, m, to, settings_[size_t(device)]);
+        if (is_fpga(*sys_, device)) it->second.kernel = &predict::fpga_kernel(cast_graph_, id, m, to, settings_[size_t(device)]);
+    }
+    return it->second;
 }
 
 PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
@@ -104,87 +142,134 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
     const size_t N = g.num_nodes(), D = sys.devices.size(), T = tensors_.size();
     Outcome o;
     o.busy_seconds.assign(D, 0), o.dynamic_by_device.assign(D, 0), o.bytes_by_device.assign(D, 0);
-    auto home = [&](size_t t) {
-        const TensorInfo& x = tensors_[t];
-        const int n = x.producer >= 0 ? x.producer : x.inplace_writer >= 0 ? x.inplace_writer : x.first_reader;
-        return n >= 0 ? p[size_t(n)] : sys.host;
-    };
-    // scratch reused across calls: the search simulates thousands of placements
+    auto device = [&](int node) { return device_of(p[size_t(node)]); };
+    // scratch reused across calls: the search simulates thousands of placements. Tensors are the graph's
+    // and then one per cast (tensor, dtype) the placement needs, in the order the casts run.
     struct Free {
         int device, next;
         double bytes;
     };
     thread_local struct Scratch {
-        std::vector<double> device_free, ready, link_free, copy_ready, live, peak, persistent;
+        std::vector<double> device_free, ready, bytes, link_free, copy_ready, live, peak, persistent;
+        std::vector<int> home, origin, cast_of;  // per tensor: its device, the graph tensor it holds; per (tensor, dtype): its cast
+        std::vector<DType> storage;
         std::vector<const predict::TunedKernel*> last_kernel;
-        std::vector<int> frees;  // per node: the first of the (device, bytes) freed after it, chained in `pool`
+        std::vector<int> frees, inputs;  // per node: the first of the (device, bytes) freed after it, chained in `pool`
         std::vector<Free> pool;
     } x;
-    x.device_free.assign(D, 0), x.ready.assign(T, 0), x.link_free.assign(D * D, 0);
+    x.device_free.assign(D, 0), x.ready.assign(T, 0), x.bytes.resize(T), x.link_free.assign(D * D, 0);
     x.copy_ready.assign(T * D, -1);  // (tensor, device): when its transfer lands
+    x.home.resize(T), x.origin.resize(T), x.storage.resize(T), x.cast_of.assign(T * 3, -1);
     x.last_kernel.assign(D, nullptr);
-    // memory: persistent tensors at home; transient ones (and copies) live from production to last use
+    // memory: persistent tensors at home; transient ones (and copies, casts) live from production to last use
     x.live.assign(D, 0), x.peak.assign(D, 0), x.persistent.assign(D, 0);
     x.frees.assign(N, -1), x.pool.clear();
-    auto& [device_free, ready, link_free, copy_ready, live, peak, persistent, last_kernel, frees, pool] = x;
-    auto allocate = [&](int d, double bytes, int last) {
-        live[size_t(d)] += bytes;
+    auto& [device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, home, origin, cast_of, storage, last_kernel, frees, inputs, pool] = x;
+    auto allocate = [&](int d, double b, int last) {
+        live[size_t(d)] += b;
         peak[size_t(d)] = std::max(peak[size_t(d)], live[size_t(d)]);
-        pool.push_back({d, frees[size_t(last)], bytes});
+        pool.push_back({d, frees[size_t(last)], b});
         frees[size_t(last)] = int(pool.size()) - 1;
     };
-    for (size_t t = 0; t < T; ++t)
-        if (tensors_[t].persistent) persistent[size_t(home(t))] += tensors_[t].bytes;
-    for (size_t i = 0; i < N; ++i) {
-        const Node& n = g.node(NodeId(i));
-        const int d = p[i];
-        double inputs_ready = 0;
-        for (TensorId tid : n.inputs) {
-            const size_t t = size_t(tid);
-            const int from = home(t);
-            if (from == d) {
-                inputs_ready = std::max(inputs_ready, ready[t]);
-                continue;
-            }
-            double& landed = copy_ready[t * D + size_t(d)];
-            if (landed < 0) {  // a Transfer on the links, while the devices compute
-                double at = ready[t];
-                for (const auto& [slot, link] : routes_[size_t(from) * D + size_t(d)]) {
-                    const predict::Cost c = predict::transfer_cost(tensors_[t].bytes, *link);
-                    double& free = link_free[size_t(slot)];
-                    at = free = std::max(at, free) + c.seconds;
-                    o.transfer_joules += c.joules;
-                }
-                landed = at;
-                o.seconds = std::max(o.seconds, at);
-                ++o.transfers;
-                allocate(d, tensors_[t].bytes, std::max(tensors_[t].last_use, int(i)));
-            }
-            inputs_ready = std::max(inputs_ready, landed);
-        }
-        const predict::Cost& c = *costs_[i][size_t(d)];
-        double start = std::max(inputs_ready, device_free[size_t(d)]);
-        if (const predict::TunedKernel* k = kernels_[i][size_t(d)]) {
+    for (size_t t = 0; t < T; ++t) {
+        const TensorInfo& info = tensors_[t];
+        const int n = info.producer >= 0 ? info.producer : info.inplace_writer >= 0 ? info.inplace_writer : info.first_reader;
+        home[t] = n >= 0 ? device(n) : sys.host, origin[t] = int(t);
+        // stored in its producer's dtype (plan/passes' insert_casts)
+        storage[t] = info.producer < 0 || !is_float(info.dtype) ? info.dtype : info.f32_output ? DType::F32 : dtype(size_t(info.producer), p[size_t(info.producer)]);
+        bytes[t] = info.elements * double(dtype_size(storage[t]));
+        if (info.persistent) persistent[size_t(home[t])] += bytes[t];
+    }
+    // a node's start on device d after the previous one there and, on an FPGA, a switch to its kernel
+    auto start_on = [&](int d, double ready_at, const predict::TunedKernel* k) {
+        double start = std::max(ready_at, device_free[size_t(d)]);
+        if (k) {
             if (last_kernel[size_t(d)]) {
                 const double sw = predict::fpga_switch_seconds(*last_kernel[size_t(d)], *k, sys.devices[size_t(d)].spec());
                 start += sw, o.switch_seconds += sw, o.switches += sw > 0;
             }
             last_kernel[size_t(d)] = k;
         }
+        return start;
+    };
+    auto run = [&](int d, double start, const predict::Cost& c) {
         const double end = start + c.seconds;
         device_free[size_t(d)] = end;
         o.busy_seconds[size_t(d)] += c.seconds;
         o.dynamic_by_device[size_t(d)] += c.joules;
         o.dynamic_joules += c.joules;
         o.seconds = std::max(o.seconds, end);
+        return end;
+    };
+    // when tensor t is on device d for node i: where it lives, or once a Transfer on the links lands
+    // (one per (tensor, device), while the devices compute)
+    auto arrive = [&](int t, int d, int i) {
+        if (home[size_t(t)] == d) return ready[size_t(t)];
+        double& landed = copy_ready[size_t(t) * D + size_t(d)];
+        if (landed < 0) {
+            double at = ready[size_t(t)];
+            for (const auto& [slot, link] : routes_[size_t(home[size_t(t)]) * D + size_t(d)]) {
+                const predict::Cost c = predict::transfer_cost(bytes[size_t(t)], *link);
+                double& free = link_free[size_t(slot)];
+                at = free = std::max(at, free) + c.seconds;
+                o.transfer_joules += c.joules;
+            }
+            landed = at;
+            o.seconds = std::max(o.seconds, at);
+            ++o.transfers;
+            allocate(d, bytes[size_t(t)], std::max(tensors_[size_t(origin[size_t(t)])].last_use, i));
+        }
+        return landed;
+    };
+    std::vector<bool> f16(D, false);  // devices computing in f16: they pay loss scaling
+    for (size_t i = 0; i < N; ++i) {
+        const Node& n = g.node(NodeId(i));
+        const OpInfo& info = op_info(n.kind);
+        const int d = device(int(i));
+        const DType compute = dtype(i, p[i]);
+        f16[size_t(d)] = f16[size_t(d)] || compute == DType::F16;
+        // the casts its inputs need (one per (tensor, dtype), on the device of its first consumer), then
+        // its inputs' transfers, as the lowered graph orders them
+        inputs.assign(n.inputs.begin(), n.inputs.end());
+        for (size_t k = 0; k < inputs.size(); ++k) {
+            const int t = inputs[k];
+            const DType have = storage[size_t(t)], want = has_bit(info.f32_inputs, k) ? DType::F32 : compute;
+            if (!is_float(have) || have == want) continue;
+            int& v = cast_of[size_t(t) * 3 + size_t(want)];
+            if (v < 0) {
+                const CastCost& c = cast(size_t(t), have, want, d);
+                v = int(ready.size());
+                const double end = run(d, start_on(d, arrive(t, d, int(i)), c.kernel), c.cost);
+                ready.push_back(end), home.push_back(d), origin.push_back(t), storage.push_back(want);
+                bytes.push_back(tensors_[size_t(t)].elements * double(dtype_size(want)));
+                copy_ready.resize(copy_ready.size() + D, -1);
+                o.cast_seconds += c.cost.seconds, ++o.casts;
+                allocate(d, bytes.back(), std::max(tensors_[size_t(t)].last_use, int(i)));
+            }
+            inputs[k] = v;
+        }
+        double inputs_ready = 0;
+        for (const int t : inputs) inputs_ready = std::max(inputs_ready, arrive(t, d, int(i)));
+        const double end = run(d, start_on(d, inputs_ready, kernels_[i][size_t(p[i])]), *costs_[i][size_t(p[i])]);
         for (TensorId tid : n.outputs) {
             ready[size_t(tid)] = end;
-            if (!tensors_[size_t(tid)].persistent) allocate(d, tensors_[size_t(tid)].bytes, tensors_[size_t(tid)].last_use);
+            if (!tensors_[size_t(tid)].persistent) allocate(d, bytes[size_t(tid)], tensors_[size_t(tid)].last_use);
         }
         for (int f = frees[i]; f >= 0; f = pool[size_t(f)].next) live[size_t(pool[size_t(f)].device)] -= pool[size_t(f)].bytes;
     }
+    // f16's dynamic loss scaling: one pass over the parameter gradients on the device after its last node
+    for (size_t d = 0; d < D; ++d) {
+        if (!f16[d]) continue;
+        double elements = 0;
+        for (const auto& [param, grad] : tg_->param_grads)
+            if (home[size_t(grad)] == int(d)) elements += tensors_[size_t(grad)].elements;
+        if (elements <= 0) continue;
+        const predict::Cost c = predict::loss_scaling_cost(elements, sys.devices[d], settings_[d]);
+        run(int(d), device_free[d], c);
+        o.loss_scaling_seconds += c.seconds;
+    }
     bool host_runs = false;
-    for (size_t i = 0; i < N && !host_runs; ++i) host_runs = p[i] == sys.host;
+    for (size_t i = 0; i < N && !host_runs; ++i) host_runs = device(int(i)) == sys.host;
     double capped = o.transfer_joules;
     for (size_t d = 0; d < D; ++d) {
         const double idle = sys.devices[d].idle_w() * o.seconds;
@@ -215,6 +300,7 @@ std::string Strategy::name() const {
         case Kind::Cnnlab: return "cnnlab";
         case Kind::Heft: return "heft";
         case Kind::Energy: return slack > 0 ? "energy:" + num(slack) : "energy";
+        case Kind::Joint: return slack > 0 ? "joint:" + num(slack) : "joint";
         case Kind::Powercap: return "powercap:" + num(watts);
         case Kind::Exact:
             return objective == Objective::Time ? "exact:time" : objective == Objective::Powercap ? "exact:powercap:" + num(watts) : slack > 0 ? "exact:" + num(slack) : "exact";
@@ -223,7 +309,8 @@ std::string Strategy::name() const {
 }
 
 Strategy parse_strategy(const std::string& text) {
-    const std::string forms = "single:<device>, cnnlab, heft, energy, energy:<slack>, powercap:<watts>, exact, exact:<slack>, exact:time or exact:powercap:<watts>";
+    const std::string forms =
+        "single:<device>, cnnlab, heft, energy, energy:<slack>, powercap:<watts>, exact, exact:<slack>, exact:time, exact:powercap:<watts>, joint or joint:<slack>";
     auto number = [&](const std::string& s, const char* what, double min) {
         const std::optional<double> v = predict::parse_number(s);
         if (!v || *v < min)
@@ -240,6 +327,10 @@ Strategy parse_strategy(const std::string& text) {
         s.kind = Strategy::Kind::Energy;
     } else if (!rest("energy:").empty()) {
         s.kind = Strategy::Kind::Energy, s.slack = number(rest("energy:"), "the slack", 0);
+    } else if (text == "joint") {
+        s.kind = Strategy::Kind::Joint;
+    } else if (!rest("joint:").empty()) {
+        s.kind = Strategy::Kind::Joint, s.slack = number(rest("joint:"), "the slack", 0);
     } else if (!rest("powercap:").empty()) {
         s.kind = Strategy::Kind::Powercap, s.objective = Strategy::Objective::Powercap, s.watts = number(rest("powercap:"), "the cap", 1e-9);
     } else if (!rest("single:").empty()) {
@@ -258,17 +349,23 @@ Strategy parse_strategy(const std::string& text) {
     return s;
 }
 
-Plan plan_of(const TrainGraph& tg, const SystemModel& sys, const PlacementProblem::Placement& p, const std::vector<predict::Setting>& settings,
-             const std::string& name) {
-    const Graph& g = tg.graph;
+Plan PlacementProblem::plan_of(const Placement& p, const std::string& name) const {
+    const Graph& g = tg_->graph;
+    const SystemModel& sys = *sys_;
     Plan plan;
     plan.name = name;
     plan.origin = "built-in " + name;
     plan.default_device = sys.plan_devices[size_t(sys.host)];
-    for (size_t i = 0; i < g.num_nodes(); ++i)
-        if (p[i] != sys.host) plan.entries.push_back({PlanEntry::Match::Node, g.node(NodeId(i)).name, sys.plan_devices[size_t(p[i])], std::nullopt, {}, plan.origin});
-    for (size_t d = 0; d < settings.size(); ++d) {
-        const predict::Setting& s = settings[d];
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const int d = device_of(p[i]);
+        const DType t = dtype(i, p[i]);
+        if (d == sys.host && t == DType::F32) continue;
+        const Node& n = g.node(NodeId(i));
+        plan.entries.push_back({PlanEntry::Match::Node, n.name, sys.plan_devices[size_t(d)], t == DType::F32 ? std::nullopt : std::optional<DType>(t), {}, plan.origin});
+        if (t != DType::F32 && weight_gradient(n.kind)) plan.storage.push_back({g.tensor(n.outputs[0]).name, DType::F32, plan.origin});
+    }
+    for (size_t d = 0; d < settings_.size(); ++d) {
+        const predict::Setting& s = settings_[d];
         if (s.power_limit_w > 0 || s.clock_mhz > 0 || !s.fpga_design.empty()) {
             DeviceSettings& x = plan.devices[sys.plan_devices[d]];
             if (s.power_limit_w > 0) x.power_limit_w = s.power_limit_w;
@@ -352,7 +449,7 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
             if (c.placement[size_t(pp.atoms()[size_t(a)].front())] != pp.device_for(a, device)) return true;
         return false;
     };
-    const size_t L = pp.layers().size(), D = pp.devices();
+    const size_t L = pp.layers().size(), D = pp.options();
     const std::vector<std::vector<int>>* phases[] = {&pp.layers(), &atoms};
     for (int round = 0; round < 5; ++round) {
         for (const std::vector<std::vector<int>>* units : phases)
@@ -419,14 +516,37 @@ Candidate single(const PlacementProblem& pp, int device, long& evaluations) {
     c.placement = by_layer(pp, std::vector<int>(pp.layers().size(), device));
     c.outcome = pp.evaluate(c.placement);
     ++evaluations;
-    c.chosen = "single:" + pp.system().plan_devices[size_t(device)];
+    c.chosen = "single:" + pp.system().plan_devices[size_t(pp.device_of(device))];
+    if (device >= int(pp.devices())) c.chosen += std::string(" ") + dtype_name(pp.low_precision(pp.device_of(device)));
     c.settings = pp.settings();
     return c;
 }
 
+// Placement p (f32 on its devices) with a precision policy's assignment (see with_precision).
+Placement amp_over(const PlacementProblem& pp, const Placement& p, AmpPolicy policy) {
+    const TrainGraph& tg = pp.train();
+    const int D = int(pp.devices());
+    Placement q(p.size());
+    std::vector<int> count(size_t(D), 0);
+    for (size_t i = 0; i < p.size(); ++i) ++count[size_t(q[i] = pp.device_of(p[i]))];
+    int main = -1;  // the device with a low precision that runs most nodes: the policy's device
+    for (int d = 0; d < D; ++d)
+        if (pp.low_precision(d) != DType::F32 && (main < 0 || count[size_t(d)] > count[size_t(main)])) main = d;
+    if (main < 0) return q;
+    const predict::DeviceModel& m = pp.system().devices[size_t(main)];
+    const predict::Setting& setting = pp.settings()[size_t(main)];
+    const AmpContext c{pp.low_precision(main), [&](const Graph&, NodeId n, DType) { return pp.cost(size_t(n), q[size_t(n)] + D) != nullptr; }};
+    const AmpCosts k{[&](NodeId n, DType t) { return pp.cost(size_t(n), q[size_t(n)] + (t == DType::F32 ? 0 : D))->seconds; },
+                     [&](double e, DType from, DType to) { return predict::cast_cost(e, from, to, m, setting).seconds; }, amp_mixed_cost(tg, c.low, m)};
+    const std::vector<bool> low = amp_assignment(policy, tg.graph, c, k);
+    for (size_t i = 0; i < q.size(); ++i)
+        if (low[i]) q[i] += D;
+    return q;
+}
+
 // Per layer the device minimising a per-layer figure of its own nodes (context-free: no transfers).
 Placement per_layer_best(const PlacementProblem& pp, const std::function<double(double seconds, double joules)>& figure) {
-    const size_t D = pp.devices();
+    const size_t D = pp.options();
     std::vector<int> choice(pp.layers().size(), pp.system().host);
     for (size_t l = 0; l < pp.layers().size(); ++l) {
         double best = INFINITY;
@@ -436,7 +556,7 @@ Placement per_layer_best(const PlacementProblem& pp, const std::function<double(
                 const int dev = pp.device_for(a, int(d));
                 for (int n : pp.atoms()[size_t(a)]) {
                     const predict::Cost& c = *pp.cost(size_t(n), dev);
-                    seconds += c.seconds, joules += c.joules + pp.system().devices[size_t(dev)].idle_w() * c.seconds;
+                    seconds += c.seconds, joules += c.joules + pp.system().devices[size_t(pp.device_of(dev))].idle_w() * c.seconds;
                 }
             }
             const double f = figure(seconds, joules);
@@ -450,7 +570,7 @@ Placement per_layer_best(const PlacementProblem& pp, const std::function<double(
 // and mean transfer times, then in rank order the device giving the earliest finish, idle gaps allowed.
 Placement heft(const PlacementProblem& pp) {
     const Graph& g = pp.train().graph;
-    const size_t N = pp.nodes(), D = pp.devices();
+    const size_t N = pp.nodes(), D = pp.options();
     std::vector<int> atom(N);
     for (size_t a = 0; a < pp.atoms().size(); ++a)
         for (int n : pp.atoms()[a]) atom[size_t(n)] = int(a);
@@ -486,7 +606,7 @@ Placement heft(const PlacementProblem& pp) {
     Placement p(N, -1);
     std::vector<double> finish(N, 0);
     std::vector<int> atom_device(pp.atoms().size(), -1);
-    std::vector<std::vector<std::pair<double, double>>> busy(D);  // per device: sorted (start, end)
+    std::vector<std::vector<std::pair<double, double>>> busy(pp.devices());  // per device: sorted (start, end)
     for (size_t n : order) {
         const Node& node = g.node(NodeId(n));
         double best_end = INFINITY, best_start = 0;
@@ -500,7 +620,7 @@ Placement heft(const PlacementProblem& pp) {
             }
             const double w = pp.cost(n, int(d))->seconds;
             double start = ready;
-            for (const auto& [s, e] : busy[d]) {  // the first gap from `ready` that holds the node
+            for (const auto& [s, e] : busy[size_t(pp.device_of(int(d)))]) {  // the first gap from `ready` that holds the node
                 if (start + w <= s) break;
                 start = std::max(start, e);
             }
@@ -509,7 +629,7 @@ Placement heft(const PlacementProblem& pp) {
         p[n] = best;
         finish[n] = best_end;
         atom_device[size_t(atom[n])] = best;
-        auto& b = busy[size_t(best)];
+        auto& b = busy[size_t(pp.device_of(best))];
         b.insert(std::upper_bound(b.begin(), b.end(), std::pair{best_start, best_end}), {best_start, best_end});
     }
     return p;
@@ -517,9 +637,9 @@ Placement heft(const PlacementProblem& pp) {
 
 // Branch and bound over layer placements (see placement.hpp). Returns false when the budget runs out.
 bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, long& evaluations, long budget) {
-    const size_t L = pp.layers().size(), D = pp.devices();
-    // per layer and device: its nodes' busy seconds per device (host fallbacks included) and dynamic joules
-    std::vector<std::vector<std::vector<double>>> busy(L, std::vector<std::vector<double>>(D, std::vector<double>(D, 0)));
+    const size_t L = pp.layers().size(), D = pp.options(), devices = pp.devices();
+    // per layer and option: its nodes' busy seconds per device (host fallbacks included) and dynamic joules
+    std::vector<std::vector<std::vector<double>>> busy(L, std::vector<std::vector<double>>(D, std::vector<double>(devices, 0)));
     std::vector<std::vector<double>> dyn(L, std::vector<double>(D, 0)), total(L, std::vector<double>(D, 0));
     for (size_t l = 0; l < L; ++l)
         for (size_t d = 0; d < D; ++d)
@@ -527,7 +647,7 @@ bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, lo
                 const int dev = pp.device_for(a, int(d));
                 for (int n : pp.atoms()[size_t(a)]) {
                     const predict::Cost& c = *pp.cost(size_t(n), dev);
-                    busy[l][d][size_t(dev)] += c.seconds, dyn[l][d] += c.joules, total[l][d] += c.seconds;
+                    busy[l][d][size_t(pp.device_of(dev))] += c.seconds, dyn[l][d] += c.joules, total[l][d] += c.seconds;
                 }
             }
     // the least dynamic energy and busy time of layers l.. whatever their devices
@@ -539,14 +659,14 @@ bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, lo
     double idle_w = 0;
     for (const predict::DeviceModel& m : pp.system().devices) idle_w += m.idle_w();
     std::vector<int> choice(L, 0);
-    std::vector<double> load(D, 0);
+    std::vector<double> load(devices, 0);
     double incumbent = best.outcome.fits && obj.violation(best.outcome) == 0 ? obj.value(best.outcome) : INFINITY;
     long leaves = 0;
     bool out_of_budget = false;
     std::function<void(size_t, double)> go = [&](size_t l, double dyn_so_far) {
         if (out_of_budget) return;
         double lb_t = *std::max_element(load.begin(), load.end());
-        lb_t = std::max(lb_t, (std::accumulate(load.begin(), load.end(), 0.0) + rest_seconds[l]) / double(D));
+        lb_t = std::max(lb_t, (std::accumulate(load.begin(), load.end(), 0.0) + rest_seconds[l]) / double(devices));
         if (obj.kind == Strategy::Objective::Energy) {
             if (lb_t > obj.bound_seconds * (1 + 1e-12)) return;
             if (dyn_so_far + rest_dyn[l] + idle_w * lb_t >= incumbent * (1 - 1e-12)) return;
@@ -569,9 +689,9 @@ bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, lo
         }
         for (size_t d = 0; d < D; ++d) {
             choice[l] = int(d);
-            for (size_t k = 0; k < D; ++k) load[k] += busy[l][d][k];
+            for (size_t k = 0; k < devices; ++k) load[k] += busy[l][d][k];
             go(l + 1, dyn_so_far + dyn[l][d]);
-            for (size_t k = 0; k < D; ++k) load[k] -= busy[l][d][k];
+            for (size_t k = 0; k < devices; ++k) load[k] -= busy[l][d][k];
         }
     };
     go(0, 0);
@@ -638,32 +758,56 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
     };
     // one problem per setting searched (FPGA designs; powercap: GPU power limits), each with the
     // single-device placements: the baselines, a device at its best setting
-    const PlacementProblem base(tg, sys);
-    auto is_default = [&](const std::vector<predict::Setting>& set) {
-        for (size_t d = 0; d < D; ++d)
-            if (set[d].power_limit_w != sys.settings[d].power_limit_w || set[d].clock_mhz != sys.settings[d].clock_mhz ||
-                !(set[d].fpga_design == sys.settings[d].fpga_design))
-                return false;
-        return true;
-    };
+    const bool joint = s.kind == Strategy::Kind::Joint;
+    const PlacementProblem base(tg, sys, {}, joint);
     struct Level {
         std::unique_ptr<PlacementProblem> own;
         const PlacementProblem* pp = nullptr;
         std::vector<Candidate> seeds;
     };
     std::vector<Level> levels;
-    std::vector<Candidate> baselines(D);  // per device: its fastest single placement
+    std::vector<Candidate> baselines(D);  // per device: its fastest single placement (joint: in any precision)
+    auto baseline = [&](const Candidate& c, int device) {
+        Candidate& b = baselines[size_t(device)];
+        const Outcome& o = c.outcome;
+        if (b.placement.empty() || (o.fits && (!b.outcome.fits || o.seconds < b.outcome.seconds * (1 - 1e-12)))) b = c;
+    };
     for (const std::vector<predict::Setting>& set : search_settings(tg, sys, s)) {
         Level l;
-        if (!is_default(set)) l.own = std::make_unique<PlacementProblem>(tg, sys, set);
+        if (set != sys.settings) l.own = std::make_unique<PlacementProblem>(tg, sys, set, joint);
         l.pp = l.own ? l.own.get() : &base;
-        for (size_t d = 0; d < D; ++d) {
-            l.seeds.push_back(single(*l.pp, int(d), evaluations));
-            Candidate& b = baselines[d];
-            const Outcome& o = l.seeds.back().outcome;
-            if (b.placement.empty() || (o.fits && (!b.outcome.fits || o.seconds < b.outcome.seconds * (1 - 1e-12)))) b = l.seeds.back();
+        for (size_t o = 0; o < l.pp->options(); ++o) {
+            l.seeds.push_back(single(*l.pp, int(o), evaluations));
+            baseline(l.seeds.back(), l.pp->device_of(int(o)));
         }
+        if (joint)  // each device under TF-AMP's greedy policy and the optimal one
+            for (size_t d = 0; d < D; ++d)
+                for (const AmpPolicy policy : {AmpPolicy::Greedy, AmpPolicy::Optimal}) {
+                    Candidate c = l.seeds[d];
+                    c.placement = amp_over(*l.pp, c.placement, policy);
+                    c.outcome = l.pp->evaluate(c.placement);
+                    ++evaluations;
+                    c.chosen += std::string(" amp ") + amp_policy_name(policy);
+                    l.seeds.push_back(c);
+                    baseline(c, int(d));
+                }
         levels.push_back(std::move(l));
+    }
+    if (joint) {  // placement, then precision: energy's plan under the optimal policy
+        Strategy energy = s;
+        energy.kind = Strategy::Kind::Energy;
+        const Placed e = place(tg, sys, energy);
+        evaluations += e.evaluations;
+        for (Level& l : levels)
+            if (l.pp->settings() == e.settings) {
+                Candidate c;
+                c.placement = amp_over(*l.pp, e.placement, AmpPolicy::Optimal);
+                c.outcome = l.pp->evaluate(c.placement);
+                ++evaluations;
+                c.chosen = "energy + amp optimal";
+                c.settings = e.settings;
+                l.seeds.push_back(std::move(c));
+            }
     }
     if (s.kind == Strategy::Kind::Single) {
         best = baselines[size_t(sys.index_of(s.device))];
@@ -689,6 +833,7 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
                 case Strategy::Kind::Heft: consider(own(heft(*l.pp))); break;
                 case Strategy::Kind::Energy:
                 case Strategy::Kind::Powercap:
+                case Strategy::Kind::Joint:
                     l.seeds.push_back(own(per_layer_best(*l.pp, [](double, double e) { return e; })));
                     l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double) { return t; })));
                     l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double e) { return t * e; })));  // cnnlab's
@@ -712,7 +857,7 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
             }
             for (const Candidate& c : l.seeds) consider(c);
         }
-        if (s.kind == Strategy::Kind::Energy || s.kind == Strategy::Kind::Powercap) {
+        if (s.kind == Strategy::Kind::Energy || s.kind == Strategy::Kind::Powercap || joint) {
             // local search on the three settings whose seeds promise most (the value, 10 % worse per 1 %
             // over the constraint: a seed slightly over a cap is often one repair from the best plan), on
             // every setting for nets of at most 48 layer moves; on each, from every seed within the
@@ -725,7 +870,7 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
                 return v;
             };
             std::stable_sort(levels.begin(), levels.end(), [&](const Level& a, const Level& b) { return score(a) < score(b); });
-            const size_t searched = base.layers().size() * (D - 1) <= 48 ? levels.size() : 3;  // small nets: every setting
+            const size_t searched = base.layers().size() * (base.options() - 1) <= 48 ? levels.size() : 3;  // small nets: every setting
             for (size_t k = 0; k < levels.size() && k < searched; ++k) {
                 const Candidate* closest = nullptr;
                 for (const Candidate& c : levels[k].seeds)
@@ -744,10 +889,29 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
     out.settings = best.settings;
     out.outcome = best.outcome;
     out.chosen = best.chosen;
-    out.bound_seconds = obj.bound_seconds;
+    out.bound_seconds = s.objective == Strategy::Objective::Energy ? obj.bound_seconds : 0;
+    out.watts = s.objective == Strategy::Objective::Powercap ? s.watts : 0;
     out.meets = s.kind == Strategy::Kind::Single || obj.violation(best.outcome) == 0;
-    out.plan = plan_of(tg, sys, best.placement, best.settings, out.strategy);
+    for (const Level& l : levels)  // the problem at the chosen settings writes its plan
+        if (l.pp->settings() == best.settings) {
+            out.plan = l.pp->plan_of(best.placement, out.strategy);
+            break;
+        }
+    if (out.plan.name.empty()) throw Error("internal: the chosen placement's settings are no searched setting");
     out.evaluations = evaluations;
+    return out;
+}
+
+Placed with_precision(const TrainGraph& tg, const SystemModel& sys, const Placed& placed, AmpPolicy policy) {
+    const PlacementProblem pp(tg, sys, placed.settings, true);
+    Placed out = placed;
+    out.strategy = placed.strategy + " + amp " + amp_policy_name(policy);
+    out.placement = amp_over(pp, placed.placement, policy);
+    out.outcome = pp.evaluate(out.placement);
+    out.plan = pp.plan_of(out.placement, out.strategy);
+    out.meets = out.outcome.fits && (placed.bound_seconds <= 0 || out.outcome.seconds <= placed.bound_seconds * (1 + 1e-12)) &&
+                (placed.watts <= 0 || out.outcome.capped_watts <= placed.watts * (1 + 1e-12));
+    ++out.evaluations;
     return out;
 }
 

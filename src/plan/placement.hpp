@@ -15,6 +15,12 @@
 // (test: they agree). Memory: a device's persistent tensors plus the peak of its live transient ones
 // (the arena simulate() checks is at least that; the final plan is checked by simulate() itself).
 //
+// Precision (the joint strategy, with_precision): a node computes in f32 or in its device's low
+// precision; evaluate() then also simulates what plan/passes insert for it -- a tensor stored in its
+// producer's dtype (weight gradients of low GEMMs in f32), one Cast per (tensor, dtype) on the device of
+// the first consumer wanting it, its input moved there first -- and f16's dynamic loss scaling, once per
+// step on each device computing in f16 (as simulate() does).
+//
 // Decision units. Nodes that write one tensor in place (an optimizer update and the parameter it owns)
 // form an atom that must share a device. Placing a node on a device that has no kernel for it (an
 // FPGA: the loss, softmax, embeddings, ...) puts its whole atom on the host instead. cnnlab and exact
@@ -41,43 +47,60 @@
 //                    graph order, incumbent: the best seed; bounds: each device's busy time, the unplaced
 //                    layers' least busy time and dynamic energy); default objective energy's. Refused
 //                    beyond 10^7 placements per setting or 2 x 10^6 simulated.
+//   joint[:slack]    device and precision together: energy's objective and search over options (each
+//                    device in f32 or its low precision: casts, their transfers and f16's loss scaling
+//                    simulated), the time bound from the fastest baseline in any precision (a device
+//                    all-low, or under the greedy or optimal amp policy); seeded also with energy's
+//                    placement under the optimal policy (placement-then-precision), so never worse than it
+//                    where that meets the bound.
 #pragma once
 
+#include <map>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
+#include "plan/amp.hpp"
 #include "plan/schedule.hpp"
 
 namespace joule {
 
 class PlacementProblem {
 public:
-    // `settings`: per device of sys (default: sys.settings).
-    PlacementProblem(const TrainGraph& tg, const SystemModel& sys, std::vector<predict::Setting> settings = {});
+    // `settings`: per device of sys (default: sys.settings). `precision`: a node may also compute in its
+    // device's low precision (predict::low_precision: bf16, else f16), so each device is two options.
+    PlacementProblem(const TrainGraph& tg, const SystemModel& sys, std::vector<predict::Setting> settings = {}, bool precision = false);
     const TrainGraph& train() const { return *tg_; }
     const SystemModel& system() const { return *sys_; }
     const std::vector<predict::Setting>& settings() const { return settings_; }
     size_t nodes() const { return costs_.size(); }
     size_t devices() const { return sys_->devices.size(); }
-    // nullptr: the device has no kernel for the node.
-    const predict::Cost* cost(size_t node, int device) const { return costs_[node][size_t(device)] ? &*costs_[node][size_t(device)] : nullptr; }
+    // What a placement gives each node: an option, a device in a precision. Option o is device o % D
+    // computing in f32 (the node's own dtype) for o < D, in the device's low precision for o >= D.
+    size_t options() const { return costs_.empty() ? 0 : costs_.front().size(); }
+    int device_of(int option) const { return option % int(devices()); }
+    DType low_precision(int device) const { return low_[size_t(device)]; }  // F32: it has none
+    DType dtype(size_t node, int option) const;                            // what node computes in at option
+    // nullptr: the device has no kernel for the node (in that precision).
+    const predict::Cost* cost(size_t node, int option) const { return costs_[node][size_t(option)] ? &*costs_[node][size_t(option)] : nullptr; }
 
     // Decision units: atoms (in-place writers of one tensor together) and layers (atoms of one source layer).
     const std::vector<std::vector<int>>& atoms() const { return atoms_; }
     const std::vector<std::vector<int>>& layers() const { return layers_; }  // each a list of atoms
 
-    // Moving `bytes` from device a to device b over the system's route (0 when a == b).
+    // Moving `bytes` from the device of option a to that of option b over the system's route (0: one device).
     double transfer_seconds(double bytes, int a, int b) const;
 
-    // The device each node runs on when `atom` is put on `device`: device, or the host when the device
-    // lacks a kernel for one of its nodes.
-    int device_for(int atom, int device) const;
+    // The option each node of `atom` gets when the atom is put on `option`: option; else, where a node
+    // has no kernel in that precision, its device in f32; else the host in that precision; else the host
+    // in f32. An atom's nodes share one option (in-place writers compute in their tensor's dtype).
+    int device_for(int atom, int option) const;
 
     struct Outcome {
         double seconds = 0;
-        double dynamic_joules = 0, idle_joules = 0, transfer_joules = 0, switch_seconds = 0;
-        int switches = 0, transfers = 0;
+        double dynamic_joules = 0, idle_joules = 0, transfer_joules = 0, switch_seconds = 0, cast_seconds = 0, loss_scaling_seconds = 0;
+        int switches = 0, transfers = 0, casts = 0;
         std::vector<double> busy_seconds, dynamic_by_device, bytes_by_device;
         bool fits = true;
         std::string why_not;
@@ -85,36 +108,53 @@ public:
         double watts() const { return seconds > 0 ? joules() / seconds : 0; }
         double capped_watts = 0;  // the power a cap counts: accelerators, the host when it runs nodes, links
     };
-    using Placement = std::vector<int>;  // a device per node of train().graph
+    using Placement = std::vector<int>;  // an option per node of train().graph
     Outcome evaluate(const Placement& p) const;
 
+    // The plan that runs placement p: node entries for every node off the host or not in f32 (weight
+    // gradients of low-precision GEMMs stored in f32, as amp plans do), and the devices' settings.
+    Plan plan_of(const Placement& p, const std::string& name) const;
+
 private:
+    // A Cast node of tensor t from one dtype to another on a device: its cost and FPGA kernel, costed
+    // once on a graph of its own (the lowered graph's cast node has the same tensors).
+    struct CastCost {
+        predict::Cost cost;
+        const predict::TunedKernel* kernel = nullptr;
+    };
+    const CastCost& cast(size_t tensor, DType from, DType to, int device) const;
+
     const TrainGraph* tg_;
     const SystemModel* sys_;
     std::vector<predict::Setting> settings_;
-    std::vector<std::vector<std::optional<predict::Cost>>> costs_;
+    std::vector<DType> low_;  // per device
+    std::vector<std::vector<std::optional<predict::Cost>>> costs_;  // per node and option
     std::vector<std::vector<const predict::TunedKernel*>> kernels_;
+    mutable Graph cast_graph_;
+    mutable std::map<std::tuple<size_t, DType, DType, int>, CastCost> casts_;
     std::vector<int> atom_of_;
     std::vector<std::vector<int>> atoms_, layers_;
     struct TensorInfo {
-        double bytes = 0;
+        double elements = 0;
+        DType dtype = DType::F32;  // as the graph stores it (placements may store it in another precision)
         int producer = -1, inplace_writer = -1, first_reader = -1, last_use = -1;
         bool persistent = false;
+        bool f32_output = false;  // its producer writes it in f32 whatever it computes in (f32_outputs, weight gradients)
     };
     std::vector<TensorInfo> tensors_;
     std::vector<std::vector<std::pair<int, const hw::LinkSpec*>>> routes_;  // per (from x D + to): (link slot, link)
 };
 
 struct Strategy {
-    enum class Kind { Single, Cnnlab, Heft, Energy, Powercap, Exact } kind = Kind::Energy;
+    enum class Kind { Single, Cnnlab, Heft, Energy, Powercap, Exact, Joint } kind = Kind::Energy;
     enum class Objective { Energy, Time, Powercap } objective = Objective::Energy;  // exact's
     std::string device;  // single:<device>
-    double slack = 0;    // energy: time <= (1 + slack) x the fastest baseline
+    double slack = 0;    // energy, joint: time <= (1 + slack) x the fastest baseline
     double watts = 0;    // powercap
     std::string name() const;
 };
 // "single:<device>", "cnnlab", "heft", "energy", "energy:<slack>", "powercap:<W>", "exact", "exact:time",
-// "exact:powercap:<W>"; Error naming the text and the forms otherwise.
+// "exact:powercap:<W>", "joint", "joint:<slack>"; Error naming the text and the forms otherwise.
 Strategy parse_strategy(const std::string& text);
 
 struct Placed {
@@ -124,7 +164,8 @@ struct Placed {
     PlacementProblem::Placement placement;
     std::vector<predict::Setting> settings;  // per device
     PlacementProblem::Outcome outcome;
-    double bound_seconds = 0;  // energy: the time it had to meet
+    double bound_seconds = 0;  // energy, joint: the time it had to meet
+    double watts = 0;          // powercap: the cap
     bool meets = true;         // the constraint held (energy's time bound, powercap's watts)
     long evaluations = 0;      // placements simulated
 };
@@ -139,8 +180,10 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s);
 // other devices at sys.settings; the first combination is sys.settings itself.
 std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg, const SystemModel& sys, const Strategy& s);
 
-// The plan that runs placement p (node entries for every node off the host) with the devices' settings.
-Plan plan_of(const TrainGraph& tg, const SystemModel& sys, const PlacementProblem::Placement& p, const std::vector<predict::Setting>& settings,
-             const std::string& name);
+// Placement, then precision (`joule plan --strategy S --amp P`): policy P's assignment over the nodes
+// where `placed` put them -- each node low in its device's low precision where the policy says so,
+// judged by the policy's cost model of the device running most nodes (it weighs casts, not transfers
+// nor where a cast runs: the policies are single-device) -- simulated like any placement.
+Placed with_precision(const TrainGraph& tg, const SystemModel& sys, const Placed& placed, AmpPolicy policy);
 
 }  // namespace joule

@@ -116,6 +116,21 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
         for (TensorId t : n.outputs) ready[size_t(t)] = x.end;
         s.seconds = std::max(s.seconds, x.end);
     }
+    // f16's dynamic loss scaling (what GradScaler / LossScaleOptimizer run each step): one pass over the
+    // parameter gradients on each device computing in f16, after its last node
+    std::vector<bool> f16(D, false);
+    for (size_t i = 0; i < g.num_nodes(); ++i)
+        if (g.node(NodeId(i)).kind != OpKind::Transfer && g.node(NodeId(i)).compute == DType::F16) f16[size_t(s.nodes[i].device)] = true;
+    for (size_t d = 0; d < D; ++d) {
+        double elements = 0;
+        for (const auto& [param, grad] : lg.train.param_grads)
+            if (s.nodes[size_t(g.tensor(grad).producer)].device == int(d)) elements += double(g.tensor(grad).desc.numel());
+        if (!f16[d] || elements <= 0) continue;
+        const predict::Cost c = predict::loss_scaling_cost(elements, sys.devices[d], settings[d]);
+        device_free[d] += c.seconds;
+        s.busy_seconds[d] += c.seconds, s.dynamic_joules += c.joules, s.loss_scaling_seconds += c.seconds;
+        s.seconds = std::max(s.seconds, device_free[d]);
+    }
     for (const predict::DeviceModel& m : sys.devices) s.idle_joules += m.idle_w() * s.seconds;
     // memory: each device's buffers against its memory
     std::vector<double> bytes(D, 0);

@@ -3,7 +3,8 @@
 // interface (predict::cost); the simulation respects the graph's dependencies, runs one node at a time
 // per device, moves each Transfer over the link between its two devices (through the host when the
 // system has no direct link) while the devices go on computing, and charges an FPGA's kernel
-// configuration switches (predict::fpga_switch_seconds) where consecutive FPGA nodes need them.
+// configuration switches (predict::fpga_switch_seconds) where consecutive FPGA nodes need them, and
+// charges f16's dynamic loss scaling (predict::loss_scaling_cost) to each device computing in f16.
 //
 //   const SystemModel sys = load_system_model("cpu+v100+s10");
 //   const Schedule s = simulate(lower(tg, plan), sys);
@@ -53,6 +54,7 @@ struct Schedule {
     double seconds = 0;                // the iteration's makespan
     double dynamic_joules = 0, idle_joules = 0, transfer_joules = 0;
     double switch_seconds = 0;  // FPGA kernel switches inside `seconds`
+    double loss_scaling_seconds = 0;  // f16's dynamic loss scaling, once per step per device computing in f16
     int switches = 0;
     std::vector<double> busy_seconds;  // per device: its nodes' time
     bool fits = true;
