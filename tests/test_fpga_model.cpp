@@ -182,6 +182,23 @@ TEST(FpgaModel, TheCostInterfaceAnswersForAnFpgaThroughTheTuner) {
     test::expect_error([&] { cost(tg.graph, NodeId(0), s10, DType::F32, {.clock_mhz = 100}); }, "outside");
 }
 
+TEST(FpgaModel, TheKernelCacheTellsApartShapesThatPrintAlike) {
+    // 10,000,001 and 10,000,002 elements (and their bytes, FLOPs) print alike in six digits: a text key gave both one kernel
+    const DeviceModel s10 = load_device_model("s10");
+    Graph g;
+    std::vector<NodeId> relu;
+    for (const int64_t n : {10000001, 10000002}) {
+        const TensorId x = g.input("x" + std::to_string(n), TensorDesc{{n}});
+        relu.push_back(g.tensor(g.add1(OpKind::Relu, NoAttrs{}, {x}, "relu" + std::to_string(n))).producer);
+    }
+    const TunedKernel& a = fpga_kernel(g, relu[0], s10, DType::F32);
+    const TunedKernel& b = fpga_kernel(g, relu[1], s10, DType::F32);
+    EXPECT_NE(&a, &b);
+    EXPECT_EQ(a.estimate.seconds, fpga_tune(*fpga_work(g, relu[0], DType::F32), s10.spec()).estimate.seconds);
+    EXPECT_EQ(b.estimate.seconds, fpga_tune(*fpga_work(g, relu[1], DType::F32), s10.spec()).estimate.seconds);
+    EXPECT_GT(cost(g, relu[1], s10, DType::F32).joules, cost(g, relu[0], s10, DType::F32).joules);
+}
+
 }  // namespace
 }  // namespace joule::predict
 

@@ -1,6 +1,7 @@
 #include "predict/device_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -92,20 +93,22 @@ Cost cost_at(const NodeWork& w, const DeviceModel& d, DType peak_dtype, DType cu
 }  // namespace
 
 struct DeviceModel::FpgaCache {
-    std::map<std::string, TunedKernel> tuned;
+    // the work's and the setting's numbers exactly (a text key rounds them to six digits: two shapes
+    // that print alike would share a kernel)
+    using Key = std::array<double, 22>;
+    std::map<Key, TunedKernel> tuned;
 };
 
 namespace {
 
 // The kernel the tuner picks for work w at clock f under a power limit (0: none), cached per shape and setting.
 const TunedKernel& tuned_kernel(const FpgaWork& w, const DeviceModel& d, double f, double limit, const FpgaDesign& design) {
-    std::ostringstream key;
-    key << int(w.kernel) << ' ' << int(w.dtype) << ' ' << w.element_bytes << ' ' << w.m << ' ' << w.n << ' ' << w.k << ' ' << w.groups << ' ' << w.a_bytes << ' '
-        << w.b_bytes << ' ' << w.c_bytes << ' ' << w.elements << ' ' << w.flops_per_element << ' ' << w.passes << ' ' << w.bytes << ' ' << w.flops << ' ' << f
-        << ' ' << limit << ' ' << design.str();
+    const DeviceModel::FpgaCache::Key key{double(w.kernel), double(w.dtype), w.element_bytes, w.m, w.n, w.k, w.groups, w.a_bytes, w.b_bytes, w.c_bytes,
+                                          w.elements, w.flops_per_element, w.passes, w.bytes, w.flops, f, limit, double(design.pe_rows), double(design.pe_cols),
+                                          double(design.vec), double(design.stream_vec), double(design.double_buffer)};
     auto& cache = d.fpga_cache().tuned;
-    auto it = cache.find(key.str());
-    if (it == cache.end()) it = cache.emplace(key.str(), fpga_tune(w, d.spec(), f, limit, design)).first;
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, fpga_tune(w, d.spec(), f, limit, design)).first;
     return it->second;
 }
 
