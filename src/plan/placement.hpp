@@ -79,9 +79,10 @@ public:
     // What a placement gives each node: an option, a device in a precision. Option o is device o % D
     // computing in f32 (the node's own dtype) for o < D, in the device's low precision for o >= D.
     size_t options() const { return costs_.empty() ? 0 : costs_.front().size(); }
-    int device_of(int option) const { return option % int(devices()); }
+    int device_of(int option) const { return option < int(devices()) ? option : option - int(devices()); }
     DType low_precision(int device) const { return low_[size_t(device)]; }  // F32: it has none
-    DType dtype(size_t node, int option) const;                            // what node computes in at option
+    // what node computes in at option (losses and updates: f32 always)
+    DType dtype(size_t node, int option) const { return option < int(devices()) || f32_only_[node] ? DType::F32 : low_[size_t(option) - devices()]; }
     // nullptr: the device has no kernel for the node (in that precision).
     const predict::Cost* cost(size_t node, int option) const { return costs_[node][size_t(option)] ? &*costs_[node][size_t(option)] : nullptr; }
 
@@ -127,7 +128,8 @@ private:
     const TrainGraph* tg_;
     const SystemModel* sys_;
     std::vector<predict::Setting> settings_;
-    std::vector<DType> low_;  // per device
+    std::vector<DType> low_;         // per device
+    std::vector<char> f32_only_;     // per node: f32_only_op
     std::vector<std::vector<std::optional<predict::Cost>>> costs_;  // per node and option
     std::vector<std::vector<const predict::TunedKernel*>> kernels_;
     mutable Graph cast_graph_;
