@@ -56,6 +56,7 @@ void expect_same(const Outcome& o, const Schedule& s, const std::string& what) {
     EXPECT_NEAR(o.joules(), s.joules(), 1e-12 + 1e-9 * s.joules()) << what;
     EXPECT_NEAR(o.transfer_joules, s.transfer_joules, 1e-12 + 1e-9 * s.transfer_joules) << what;
     EXPECT_EQ(o.switches, s.switches) << what;
+    EXPECT_EQ(o.batch_copies, s.batch_copies) << what;
 }
 
 TEST(Placement, TheFastEvaluationIsTheSimulationOfTheLoweredPlan) {

@@ -67,9 +67,19 @@ TEST(Schedule, TheBaselinesMoveTensorsOverLinksAndTheFpgaPaysItsSwitches) {
         expect_valid(lg, s);
         EXPECT_GT(s.busy_seconds[size_t(d)], 0) << sys.plan_devices[size_t(d)];
         EXPECT_GE(s.seconds, s.busy_seconds[size_t(d)] * (1 - 1e-12));
-        // on the GPU the whole iteration stays on the device (its inputs live where they are read); the FPGA
-        // hands its logits to the host's loss and gets the gradient back
-        EXPECT_EQ(s.transfer_joules > 0, d == 2) << sys.plan_devices[size_t(d)];
+        // each step's batch comes from the host: the GPU gets the images and labels, the FPGA the images
+        // (the host runs the loss); the FPGA also hands its logits to the host and gets the gradient back
+        EXPECT_EQ(s.transfer_joules > 0, d > 0) << sys.plan_devices[size_t(d)];
+        EXPECT_EQ(s.batch_copies, d == 0 ? 0 : d == 1 ? 2 : 1) << sys.plan_devices[size_t(d)];
+        if (d > 0) {  // the first layer starts once the images have crossed the host's link
+            const Graph& g = lg.train.graph;
+            const TensorId images = g.node(NodeId(0)).inputs[0];
+            ASSERT_EQ(g.tensor(images).role, TensorRole::Input);
+            double copy = 0;
+            for (const auto& [key, link] : route(sys, sys.host, d)) copy += predict::transfer_cost(double(g.tensor(images).desc.bytes()), *link).seconds;
+            EXPECT_GT(copy, 0);
+            EXPECT_GE(s.nodes[0].start, copy * (1 - 1e-12));
+        }
         if (d == 2) {
             EXPECT_GT(s.busy_seconds[0], 0);  // the FPGA has no loss kernel: the host runs it
             EXPECT_GT(s.switches, 0);         // ResNet-18's kernels do not all fit one Stratix 10 bitstream

@@ -107,6 +107,7 @@ nlohmann::json to_json(const Row& r) {
             {"capped_watts", r.placed.outcome.capped_watts},
             {"transfers", r.lg.transfers},
             {"casts", r.lg.casts},
+            {"batch_copies", r.s.batch_copies},
             {"switches", r.s.switches},
             {"switch_seconds", r.s.switch_seconds},
             {"fits", r.s.fits},

@@ -55,6 +55,7 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
         const Tensor& x = g.tensor(TensorId(t));
         tensors_[t].elements = double(x.desc.numel()), tensors_[t].dtype = x.desc.dtype;
         tensors_[t].persistent = persists(x.role);
+        if (x.producer == kNone && (x.role == TensorRole::Input || x.role == TensorRole::Label)) batch_.push_back(int(t));
         tensors_[t].producer = x.producer == kNone ? -1 : int(x.producer);
         if (x.producer != kNone) {
             const Node& n = g.node(x.producer);
@@ -202,17 +203,27 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
     };
     // when tensor t is on device d for node i: where it lives, or once a Transfer on the links lands
     // (one per (tensor, device), while the devices compute)
+    auto on_links = [&](double b, int from, int to, double at) {
+        for (const auto& [slot, link] : routes_[size_t(from) * D + size_t(to)]) {
+            const predict::Cost c = predict::transfer_cost(b, *link);
+            double& free = link_free[size_t(slot)];
+            at = free = std::max(at, free) + c.seconds;
+            o.transfer_joules += c.joules;
+        }
+        return at;
+    };
+    // the step's batch from the host to where it lives, at the step's start (as simulate() does)
+    for (const int t : batch_)
+        if (home[size_t(t)] != sys.host) {
+            ready[size_t(t)] = on_links(bytes[size_t(t)], sys.host, home[size_t(t)], 0);
+            o.seconds = std::max(o.seconds, ready[size_t(t)]);
+            ++o.batch_copies;
+        }
     auto arrive = [&](int t, int d, int i) {
         if (home[size_t(t)] == d) return ready[size_t(t)];
         double& landed = copy_ready[size_t(t) * D + size_t(d)];
         if (landed < 0) {
-            double at = ready[size_t(t)];
-            for (const auto& [slot, link] : routes_[size_t(home[size_t(t)]) * D + size_t(d)]) {
-                const predict::Cost c = predict::transfer_cost(bytes[size_t(t)], *link);
-                double& free = link_free[size_t(slot)];
-                at = free = std::max(at, free) + c.seconds;
-                o.transfer_joules += c.joules;
-            }
+            const double at = on_links(bytes[size_t(t)], home[size_t(t)], d, ready[size_t(t)]);
             landed = at;
             o.seconds = std::max(o.seconds, at);
             ++o.transfers;

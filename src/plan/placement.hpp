@@ -101,7 +101,7 @@ public:
     struct Outcome {
         double seconds = 0;
         double dynamic_joules = 0, idle_joules = 0, transfer_joules = 0, switch_seconds = 0, cast_seconds = 0, loss_scaling_seconds = 0;
-        int switches = 0, transfers = 0, casts = 0;
+        int switches = 0, transfers = 0, casts = 0, batch_copies = 0;
         std::vector<double> busy_seconds, dynamic_by_device, bytes_by_device;
         bool fits = true;
         std::string why_not;
@@ -144,6 +144,7 @@ private:
         bool f32_output = false;  // its producer writes it in f32 whatever it computes in (f32_outputs, weight gradients)
     };
     std::vector<TensorInfo> tensors_;
+    std::vector<int> batch_;  // the tensors each step's batch fills (inputs, labels): they come from the host
     std::vector<std::vector<std::pair<int, const hw::LinkSpec*>>> routes_;  // per (from x D + to): (link slot, link)
 };
 

@@ -73,6 +73,29 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
     std::map<std::pair<int, int>, double> link_free;
     std::vector<std::optional<predict::TunedKernel>> last_kernel(D);
     const std::vector<predict::Setting> settings = sys.settings_of(lg.plan);
+    // each step's batch (inputs, labels) comes from the host's data loader: copied at the step's start to
+    // the device where it lives (its first reader's) when that is not the host
+    // a copy over the links from device `from` to `to`, ready at `at`: when it lands (*start: when it
+    // enters the first link)
+    auto on_links = [&](double bytes, int from, int to, double at, double& joules, double* start = nullptr) {
+        for (const auto& [key, link] : route(sys, from, to)) {
+            const predict::Cost c = predict::transfer_cost(bytes, *link);
+            at = std::max(at, link_free[key]);
+            if (start) *start = at, start = nullptr;
+            at = link_free[key] = at + c.seconds;
+            joules += c.joules;
+        }
+        return at;
+    };
+    for (size_t t = 0; t < g.num_tensors(); ++t) {
+        const Tensor& x = g.tensor(TensorId(t));
+        if (x.producer != kNone || (x.role != TensorRole::Input && x.role != TensorRole::Label)) continue;
+        const int d = sys.index_of(tensor_device(g, TensorId(t)));
+        if (d == sys.host) continue;
+        ready[t] = on_links(double(x.desc.bytes()), sys.host, d, 0, s.transfer_joules);
+        s.seconds = std::max(s.seconds, ready[t]);
+        ++s.batch_copies;
+    }
     for (size_t i = 0; i < g.num_nodes(); ++i) {
         const NodeId id = NodeId(i);
         const Node& n = g.node(id);
@@ -83,16 +106,7 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
             const auto& a = attrs_as<TransferAttrs>(n);
             const int from = sys.index_of(a.from), to = sys.index_of(a.to);
             const double bytes = double(g.tensor(n.outputs[0]).desc.bytes());
-            double t = inputs_ready;
-            x.start = -1;
-            for (const auto& [key, link] : route(sys, from, to)) {
-                const predict::Cost c = predict::transfer_cost(bytes, *link);
-                const double start = std::max(t, link_free[key]);
-                if (x.start < 0) x.start = start;
-                t = link_free[key] = start + c.seconds;
-                x.joules += c.joules;
-            }
-            x.device = to, x.end = t;
+            x.device = to, x.end = on_links(bytes, from, to, inputs_ready, x.joules, &x.start);
             s.transfer_joules += x.joules;
         } else {
             const int d = sys.index_of(n.device);

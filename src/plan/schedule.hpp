@@ -56,6 +56,7 @@ struct Schedule {
     double switch_seconds = 0;  // FPGA kernel switches inside `seconds`
     double loss_scaling_seconds = 0;  // f16's dynamic loss scaling, once per step per device computing in f16
     int switches = 0;
+    int batch_copies = 0;  // the step's inputs and labels copied from the host to the device first reading them
     std::vector<double> busy_seconds;  // per device: its nodes' time
     bool fits = true;
     std::string why_not;  // when !fits: which device's memory, how much over
