@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include <omp.h>
+
 #include "graph/error.hpp"
 #include "plan/placement.hpp"
 #include "test_util.hpp"
@@ -266,6 +268,24 @@ TEST(Placement, JointChoosesDeviceAndPrecisionTogetherAndBeatsPlacementThenPreci
             if (then.outcome.seconds <= j.bound_seconds) { EXPECT_LE(j.outcome.joules(), then.outcome.joules() * (1 + 1e-9)) << what; }
             EXPECT_GE(then.outcome.joules(), 0.0);
         }
+}
+
+TEST(Placement, TheSearchOnSeveralThreadsIsTheSequentialOne) {
+    // the local search simulates moves in parallel batches and drops a batch's rest after a move is
+    // taken: the plan must not depend on the number of threads
+    const TrainGraph tg = test::zoo_train_graph("resnet18", 8, 32);
+    const int threads = omp_get_max_threads();
+    for (const char* s : {"energy", "powercap:200", "joint"}) {
+        omp_set_num_threads(1);
+        const Placed one = place(tg, system("cpu+v100+s10"), parse_strategy(s));
+        omp_set_num_threads(4);
+        const Placed four = place(tg, system("cpu+v100+s10"), parse_strategy(s));
+        omp_set_num_threads(threads);
+        EXPECT_EQ(one.placement, four.placement) << s;
+        EXPECT_EQ(one.outcome.seconds, four.outcome.seconds) << s;
+        EXPECT_EQ(one.outcome.joules(), four.outcome.joules()) << s;
+        EXPECT_GE(four.evaluations, one.evaluations) << s;  // the dropped rests of batches
+    }
 }
 
 TEST(Placement, AtomsKeepInPlaceWritersTogetherAndLayersHoldTheirPasses) {

@@ -5,9 +5,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <tuple>
+
+#include <omp.h>
 
 #include "graph/error.hpp"
 #include "predict/fpga_model.hpp"
@@ -121,6 +124,7 @@ int PlacementProblem::device_for(int atom, int option) const {
 }
 
 const PlacementProblem::CastCost& PlacementProblem::cast(size_t tensor, DType from, DType to, int device) const {
+    const std::lock_guard<std::mutex> lock(cast_mutex_);  // the local search simulates on several threads
     auto [it, fresh] = casts_.try_emplace({tensor, from, to, device});
     if (fresh) {
         TensorDesc desc = tg_->graph.tensor(TensorId(tensor)).desc;
@@ -446,6 +450,12 @@ struct Candidate {
 // the next tries only the units that moved and their neighbours in the graph; when that finds nothing,
 // a pass over every unit confirms, and a confirming pass gaining under 0.01 % ends the phase. A start
 // reaching a placement another start on the same problem already searched on from stops there.
+struct Move {
+    size_t unit;
+    int device;
+    double rank;
+};
+
 Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj, long& evaluations, Visited& visited) {
     const Graph& g = pp.train().graph;
     std::vector<std::vector<int>> atoms;
@@ -469,6 +479,25 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
     };
     const size_t L = pp.layers().size(), D = pp.options();
     const std::vector<std::vector<int>>* phases[] = {&pp.layers(), &atoms};
+    // moves[batch[j]] from placement `from`, simulated in parallel: tried[j], outcomes[j]
+    const size_t width = size_t(std::max(1, omp_get_max_threads()));
+    std::vector<size_t> batch;
+    std::vector<Placement> tried(width);
+    std::vector<Outcome> outcomes(width);
+    auto simulate = [&](const Placement& from, const std::vector<std::vector<int>>& units, const std::vector<Move>& moves, const std::vector<size_t>& batch) {
+        std::exception_ptr error;
+#pragma omp parallel for schedule(static, 1) if (batch.size() > 1)
+        for (size_t j = 0; j < batch.size(); ++j) try {
+                tried[j] = from;
+                put(pp, tried[j], units[moves[batch[j]].unit], moves[batch[j]].device);
+                outcomes[j] = pp.evaluate(tried[j]);
+            } catch (...) {
+#pragma omp critical(joule_placement_error)
+                if (!error) error = std::current_exception();
+            }
+        if (error) std::rethrow_exception(error);
+        evaluations += long(batch.size());
+    };
     std::vector<int> unit_of(pp.nodes());
     for (int round = 0; round < 5; ++round) {
         for (size_t phase = 0; phase < 2; ++phase) {
@@ -488,11 +517,6 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                 // another start that reached this placement for a pass over every unit searched on from it already
                 if (everything && !visited.insert({round, phase, c.placement}).second) return c;
                 const double value = obj.value(c.outcome);
-                struct Move {
-                    size_t unit;
-                    int device;
-                    double rank;
-                };
                 std::vector<Move> moves;
                 for (size_t u = 0; u < units.size(); ++u) {
                     if (!everything && !look[u]) continue;
@@ -523,19 +547,33 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                 const Placement before = c.placement;
                 bool moved = false;
                 Candidate steepest = c;
-                for (const Move& m : moves) {
-                    if (!moves_anything(units[m.unit], m.device)) continue;  // an earlier move of this pass got there
-                    if (violated)  // lazily: a move that gained less than the best so far the step before will not gain more now
-                        if (const auto it = earlier.find({m.unit, m.device}); it != earlier.end() && !(it->second < gain(steepest.outcome))) break;
-                    Placement q = c.placement;
-                    put(pp, q, units[m.unit], m.device);
-                    const Outcome o = pp.evaluate(q);
-                    ++evaluations;
-                    if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
-                        earlier[{m.unit, m.device}] = gain(o);
-                        if (obj.better(o, steepest.outcome)) steepest.placement = std::move(q), steepest.outcome = o, moved = true;
-                    } else if (obj.better(o, c.outcome)) {
-                        c.placement = std::move(q), c.outcome = o, moved = true;
+                // the moves in order, simulated a batch at a time on the threads against the same placement;
+                // taking one drops the rest of its batch (simulated again against the new placement), so
+                // the search is the sequential one whatever the number of threads
+                // lazily: a move that gained less than the best so far the step before will not gain more now
+                auto hopeless = [&](const Move& m) {
+                    const auto it = earlier.find({m.unit, m.device});
+                    return violated && it != earlier.end() && !(it->second < gain(steepest.outcome));
+                };
+                for (size_t next = 0, stop = 0; next < moves.size() && !stop;) {
+                    batch.clear();
+                    for (; next < moves.size() && batch.size() < width && !(stop = hopeless(moves[next])); ++next)
+                        if (moves_anything(units[moves[next].unit], moves[next].device)) batch.push_back(next);  // else an earlier move got there
+                    simulate(c.placement, units, moves, batch);
+                    for (size_t j = 0; j < batch.size(); ++j) {
+                        const Move& m = moves[batch[j]];
+                        if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
+                            if (hopeless(m)) {
+                                stop = 1;
+                                break;
+                            }
+                            earlier[{m.unit, m.device}] = gain(outcomes[j]);
+                            if (obj.better(outcomes[j], steepest.outcome)) steepest.placement = std::move(tried[j]), steepest.outcome = outcomes[j], moved = true;
+                        } else if (obj.better(outcomes[j], c.outcome)) {
+                            c.placement = std::move(tried[j]), c.outcome = outcomes[j], moved = true;
+                            next = batch[j] + 1;
+                            break;
+                        }
                     }
                 }
                 if (violated && moved) c = std::move(steepest);

@@ -56,6 +56,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <string>
@@ -134,6 +135,7 @@ private:
     std::vector<std::vector<const predict::TunedKernel*>> kernels_;
     mutable Graph cast_graph_;
     mutable std::map<std::tuple<size_t, DType, DType, int>, CastCost> casts_;
+    mutable std::mutex cast_mutex_;
     std::vector<int> atom_of_;
     std::vector<std::vector<int>> atoms_, layers_;
     struct TensorInfo {
