@@ -30,7 +30,7 @@ int main(int argc, char** argv) try {
                     net.c_str(), static_cast<long long>(cfg.batch), sys.system.name.c_str(), pp.nodes(), pp.atoms().size(), pp.layers().size(),
                     std::chrono::duration<double>(t1 - t0).count() * 1e3, std::chrono::duration<double>(t2 - t1).count() * 1e6 / n);
     }
-    for (const char* s : {"cnnlab", "heft", "energy", "energy:0.1", "powercap:250", "powercap:150"}) {
+    for (const char* s : {"cnnlab", "heft", "energy", "energy:0.1", "powercap:250", "powercap:150", "joint"}) {
         double best = 1e30;
         Placed p;
         for (int round = 0; round < 3; ++round) {

@@ -231,6 +231,28 @@ TEST(Placement, EveryStrategyIsFeasibleKeepsItsConstraintAndBeatsTheBaselines) {
     }
 }
 
+TEST(Placement, APowerCapIsHeldAtLeastAsFastAsAnyGpuPowerLimitHoldsIt) {
+    // what GPU power management can do: the GPU-only plan at each limit of its range (every 5 W); under a
+    // cap, powercap is never slower than the fastest of those holding it (the step's batch copy counted)
+    const TrainGraph tg = test::zoo_train_graph("alexnet", 8);
+    const SystemModel& sys = system("cpu+v100+s10");
+    const int gpu = sys.index_of("cuda:v100");
+    const hw::DeviceSpec& spec = sys.devices[size_t(gpu)].spec();
+    for (const double cap : {200.0, 250.0}) {
+        double fastest = INFINITY;
+        for (double w = spec.power_limit_min_w; w <= spec.power_limit_max_w; w += 5) {
+            SystemModel limited = sys;
+            limited.settings[size_t(gpu)].power_limit_w = w;
+            const Schedule s = simulated(tg, limited, single_device_plan(tg, limited, gpu));
+            if (s.fits && s.joules() / s.seconds - sys.devices[size_t(sys.host)].idle_w() <= cap) fastest = std::min(fastest, s.seconds);
+        }
+        ASSERT_LT(fastest, INFINITY) << cap;
+        const Placed p = place(tg, sys, parse_strategy("powercap:" + std::to_string(cap)));
+        EXPECT_TRUE(p.meets) << cap;
+        EXPECT_LE(p.outcome.seconds, fastest * (1 + 1e-9)) << cap;
+    }
+}
+
 // joint: within the fastest baseline in any precision, no worse than any of them under that bound nor
 // than placement-then-precision (energy's placement, then the optimal policy) where that holds it.
 TEST(Placement, JointChoosesDeviceAndPrecisionTogetherAndBeatsPlacementThenPrecision) {

@@ -821,17 +821,33 @@ std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg,
             double idle = 0;
             for (size_t k = 0; k < sys.devices.size(); ++k)
                 if (k != d && int(k) != sys.host) idle += sys.devices[k].idle_w();
+            // (its step as simulate() runs it: the batch crosses the host's link first, each node after
+            // the previous one and its inputs)
+            std::vector<double> batch_ready(tg.graph.num_tensors(), 0);
+            double copy_joules = 0;
+            std::map<std::pair<int, int>, double> link_free;
+            for (size_t t = 0; t < tg.graph.num_tensors(); ++t) {
+                const Tensor& x = tg.graph.tensor(TensorId(t));
+                if (x.producer != kNone || (x.role != TensorRole::Input && x.role != TensorRole::Label) || int(d) == sys.host) continue;
+                for (const auto& [key, link] : route(sys, sys.host, int(d))) {
+                    const predict::Cost c = predict::transfer_cost(double(x.desc.bytes()), *link);
+                    batch_ready[t] = link_free[key] = std::max(batch_ready[t], link_free[key]) + c.seconds;
+                    copy_joules += c.joules;
+                }
+            }
             auto gpu_only_watts = [&](double limit) {
-                double seconds = 0, joules = 0;
+                double seconds = 0, joules = copy_joules;
                 for (size_t i = 0; i < tg.graph.num_nodes(); ++i) {
-                    const predict::Cost c = predict::cost(tg.graph, NodeId(i), sys.devices[d], tg.graph.node(NodeId(i)).compute, {.power_limit_w = limit});
+                    const Node& n = tg.graph.node(NodeId(i));
+                    for (TensorId t : n.inputs) seconds = std::max(seconds, batch_ready[size_t(t)]);
+                    const predict::Cost c = predict::cost(tg.graph, NodeId(i), sys.devices[d], n.compute, {.power_limit_w = limit});
                     seconds += c.seconds, joules += c.joules;
                 }
                 return seconds > 0 ? joules / seconds + spec.idle_w + idle : 0;
             };
             double lo = spec.power_limit_min_w, hi = spec.power_limit_max_w;
             if (gpu_only_watts(lo) <= s.watts && gpu_only_watts(hi) > s.watts) {
-                while (hi - lo > 0.5) {
+                while (hi - lo > 0.05) {  // to 0.05 W: finer than what joule plan compares it with
                     const double mid = 0.5 * (lo + hi);
                     (gpu_only_watts(mid) <= s.watts ? lo : hi) = mid;
                 }
