@@ -176,6 +176,37 @@ TEST(Catalogue, LinksSystemsAndAliases) {
     broken("f.yaml", kFpga, "host_link 'pcie3-x8' is not a link in");
 }
 
+TEST(Catalogue, ASystemsHostIsTheCpuSpecMatchingThisMachine) {
+    const std::string model = cpu_model_name();
+    if (model.empty()) GTEST_SKIP() << "no model name in /proc/cpuinfo";
+    const std::string link = "version: 1\nname: l\nkind: link\nbandwidth_gbps: 10\nlatency_us: 1\nenergy_pj_per_byte: 5\n"
+                             "sources: {bandwidth_gbps: a, latency_us: b, energy_pj_per_byte: c}\n";
+    const std::string system = "version: 1\nname: s\nkind: system\naliases: [here+g]\ndevices: [host, gg]\nlinks:\n  - {between: [host, gg], link: l}\n";
+    auto cpu = [&](const std::string& name, const std::string& match) {
+        return "version: 1\nname: " + name + "\nkind: cpu\nmatch: \"" + match + "\"\ncores: 2\npeak_f32_gflops: 100\nmem_bandwidth_gbps: 10\ntdp_w: 20\nidle_w: 5\n"
+               "sources: {cores: a, peak_f32_gflops: a, mem_bandwidth_gbps: a, tdp_w: a, idle_w: a}\n";
+    };
+    {
+        Folder f("host");
+        f.put("a.yaml", cpu("other", "No Such CPU 9999"));
+        f.put("c.yaml", cpu("here", model.substr(0, model.size() / 2)));
+        f.put("g.yaml", kGpu);
+        f.put("l.yaml", link);
+        f.put("s.yaml", system);
+        const Catalogue c = load_catalogue(f.dir.string());
+        const SystemSpec& s = c.system("here+g");
+        EXPECT_EQ(s.devices, (std::vector<std::string>{"here", "g"}));
+        ASSERT_NE(c.link_between(s, "here", "g"), nullptr);
+    }
+    Folder f("nohost");
+    f.put("a.yaml", cpu("other", "No Such CPU 9999"));
+    f.put("g.yaml", kGpu);
+    f.put("l.yaml", link);
+    f.put("s.yaml", system);
+    const Catalogue c = load_catalogue(f.dir.string());  // the folder loads; the system is refused where used
+    test::expect_error([&] { c.system("here+g"); }, "system 's' names 'host', this machine's CPU, but no CPU spec in");
+}
+
 TEST(Catalogue, TheShippedFolderLoadsAndCoversTheIssueDevices) {
     const Catalogue c = load_catalogue();
     for (const char* d : {"v100", "v100-pcie", "2080ti", "k40", "a100", "h100", "h200", "gold6148", "turin-2vcpu", "xeon6-2vcpu"}) {
@@ -196,6 +227,8 @@ TEST(Catalogue, TheShippedFolderLoadsAndCoversTheIssueDevices) {
     }
     for (const char* l : {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink4", "ib-hdr", "ib-ndr", "eth-100g", "eth-200g", "eth-400g"})
         EXPECT_GT(c.link(l).bandwidth_gbps, 0) << l;
+    // cpu+s10 is this machine's CPU (the spec joule's other CPU models pick here) with a Stratix 10
+    EXPECT_EQ(c.system("cpu+s10").devices, (std::vector<std::string>{find_cpu_spec().name, "fpga-intel-stratix10-gx2800-520n"}));
     for (const char* sys : {"cpu+v100+s10", "cpu+k40+de5"}) {  // Hype-training's and CNNLab's machines: an FPGA beside a GPU
         const SystemSpec& x = c.system(sys);
         EXPECT_EQ(c.device(x.devices[2]).kind, "fpga") << sys;

@@ -111,7 +111,11 @@ SystemSpec load_system_spec(const std::string& path) try {
 
 const DeviceSpec& Catalogue::device(const std::string& n) const { return find_named(devices, n, "device", dir); }
 const LinkSpec& Catalogue::link(const std::string& n) const { return find_named(links, n, "link", dir); }
-const SystemSpec& Catalogue::system(const std::string& n) const { return find_named(systems, n, "system", dir); }
+const SystemSpec& Catalogue::system(const std::string& n) const {
+    const SystemSpec& s = find_named(systems, n, "system", dir);
+    if (!s.unusable.empty()) throw Error(s.path + ": system '" + s.name + "' " + s.unusable, "use a system that names its CPU (joule devices lists them)");
+    return s;
+}
 
 const LinkSpec* Catalogue::link_between(const SystemSpec& s, const std::string& a, const std::string& b) const {
     const std::string& da = device(a).name;
@@ -155,9 +159,23 @@ Catalogue load_catalogue(const std::string& dir) {
                 return l.name == d.fpga.host_link || std::find(l.aliases.begin(), l.aliases.end(), d.fpga.host_link) != l.aliases.end();
             }))
             throw Error(d.path + ": host_link '" + d.fpga.host_link + "' is not a link in " + dir, "name a link file's name or alias");
+    const std::string model = cpu_model_name();
+    const DeviceSpec* host = nullptr;  // this machine's CPU: the first spec (by file name) whose match it holds
+    for (const DeviceSpec& d : c.devices)
+        if (!host && d.kind == "cpu" && !d.match.empty() && model.find(d.match) != std::string::npos) host = &d;
     for (SystemSpec& s : c.systems) {
         claim(s.name, s.path);
         for (const std::string& a : s.aliases) claim(a, s.path);
+        if (in(s.devices, std::string("host"))) {
+            if (!host) s.unusable = "names 'host', this machine's CPU, but no CPU spec in " + dir + " matches it ('" + model + "')";
+            for (std::string& d : s.devices)
+                if (d == "host" && host) d = host->name;
+            for (SystemLink& l : s.links)
+                for (std::string* end : {&l.a, &l.b})
+                    if (*end == "host" && host) *end = host->name;
+        }
+        // names of the system's devices, checked (an unmatched host stays 'host')
+        auto device_name = [&](const std::string& n) { return n == "host" && !host ? n : c.device(n).name; };
         auto must = [&](auto&& lookup, const std::string& n, const std::string& what) {
             try {
                 return lookup(n);
@@ -167,17 +185,17 @@ Catalogue load_catalogue(const std::string& dir) {
         };
         std::vector<std::string> resolved;
         for (const std::string& d : s.devices) {
-            const std::string full = must([&](const std::string& n) { return c.device(n).name; }, d, "the device");
+            const std::string full = must(device_name, d, "the device");
             if (in(resolved, full)) throw Error(s.path + ": system '" + s.name + "' lists device '" + d + "' twice");
             resolved.push_back(full);
         }
         std::set<std::pair<std::string, std::string>> pairs;
         for (const SystemLink& l : s.links) {
             for (const std::string& end : {l.a, l.b})
-                if (!in(resolved, must([&](const std::string& n) { return c.device(n).name; }, end, "the device")))
+                if (!in(resolved, must(device_name, end, "the device")))
                     throw Error(s.path + ": a link of system '" + s.name + "' ends at '" + end + "', which is not one of its devices");
             must([&](const std::string& n) { return c.link(n).name; }, l.link, "the link");
-            const std::string a = c.device(l.a).name, b = c.device(l.b).name;
+            const std::string a = device_name(l.a), b = device_name(l.b);
             if (!pairs.insert({std::min(a, b), std::max(a, b)}).second)
                 throw Error(s.path + ": system '" + s.name + "' links '" + l.a + "' and '" + l.b + "' twice");
         }

@@ -42,6 +42,10 @@ struct SystemSpec {
     std::vector<std::string> devices;  // device spec names (resolved from the file's names or aliases)
     std::vector<SystemLink> links;
     std::string network;  // link between nodes ("" none)
+    // A system may name its CPU `host`: this machine's CPU, the spec whose `match` its /proc/cpuinfo model
+    // holds (a system joule train --system can plan for and then run here). Where no spec matches, the
+    // system cannot be used here and this says why (Catalogue::system throws it).
+    std::string unusable;
     bool answers_to(const std::string& n) const;
 };
 
