@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <cstdio>
@@ -434,10 +435,22 @@ TEST(Cli, TrainPlansForASystemAndTrainsUnderThePlan) {
     ASSERT_EQ(j["epochs"].size(), 1u);
     const double a = cpu["epochs"][0]["loss"].get<double>(), b = j["epochs"][0]["loss"].get<double>();
     EXPECT_NEAR(a, b, 1e-4 * std::abs(a)) << "all-CPU loss " << a << ", under the plan " << b;
-    const Result r = run("train --system cpu+s10 --strategy energy --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --threads 1 --quiet");
+    const char* const wait = std::getenv("OMP_WAIT_POLICY");
+    const std::string saved = wait ? wait : "";
+    const std::string planned = "train --system cpu+s10 --strategy energy --net lenet5 --batch 8 --dataset synthetic --steps 2 --optimizer sgd --threads 1 --quiet";
+    unsetenv("OMP_WAIT_POLICY");
+    const Result r = run(planned);
+    setenv("OMP_WAIT_POLICY", "active", 1);
+    const Result active = run(planned);
+    if (wait) setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
+    else unsetenv("OMP_WAIT_POLICY");
     ASSERT_EQ(r.code, 0) << r.out;
     for (const char* s : {"strategy energy on system-host-s10", "predicted iteration", "predicted busy ms", "step, one node at a time: predicted"})
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    // measured CPU nodes after emulated ones pay the threads' wake-up unless they spin: the run says so
+    EXPECT_NE(r.out.find("OMP_WAIT_POLICY=active keeps them awake"), std::string::npos) << r.out;
+    ASSERT_EQ(active.code, 0) << active.out;
+    EXPECT_EQ(active.out.find("OMP_WAIT_POLICY=active keeps them awake"), std::string::npos) << active.out;
     expect_failure("train --system cpu+s10 --dataset synthetic", "--system requires --strategy");
     expect_failure("train --strategy energy --dataset synthetic", "--strategy requires --system");
     expect_failure("train --system cpu+s10 --strategy fastest --dataset synthetic", "unknown --strategy 'fastest'");
