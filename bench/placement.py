@@ -8,7 +8,9 @@
 2. power caps of 150 / 200 / 250 W: powercap's iteration time against GPU power limiting (the GPU-only
    plan with the GPU's limit at the cap), and the power each draws as the cap counts it;
 3. optimality gaps where exact solves (LeNet-5's layers): energy, heft, cnnlab and powercap against the
-   exact optimum of their objective.
+   exact optimum of their objective;
+4. device and precision together (`--strategy joint`) against placement then precision (`--strategy
+   energy --amp optimal`) and against the GPU alone under the optimal precision policy.
 """
 import argparse
 import json
@@ -20,8 +22,8 @@ NETS = {"lenet5": 64, "alexnet": 32, "vgg16": 32, "resnet18": 32, "resnet50": 32
 CAPS = [150, 200, 250]
 
 
-def plan(joule, net, system, strategy):
-    cmd = [joule, "plan", "--net", net, "--batch", str(NETS[net]), "--system", system, "--strategy", strategy, "--json"]
+def plan(joule, net, system, strategy, extra=()):
+    cmd = [joule, "plan", "--net", net, "--batch", str(NETS[net]), "--system", system, "--strategy", strategy, "--json", *extra]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -29,6 +31,11 @@ def plan(joule, net, system, strategy):
     j = json.loads(out.stdout)
     j["wall"] = time.perf_counter() - t0
     return j
+
+
+def plan_amp(joule, net, system, strategy, amp):
+    """`joule plan --strategy S --amp P`: placement, then a precision policy."""
+    return plan(joule, net, system, strategy, ["--amp", amp])
 
 
 def pct(x):
@@ -88,6 +95,30 @@ def main():
               f"{pct(h['cnnlab']['seconds'] / ex['exact:time']['seconds'] - 1)} |")
         print(f"| {s} | time under 200 W | {ex['exact:powercap:200']['seconds'] * 1e3:.4f} ms | "
               f"{pct(h['powercap:200']['seconds'] / ex['exact:powercap:200']['seconds'] - 1)} | - | - |")
+
+    print("\n## device and precision together (`--strategy joint`) against placement, then precision\n")
+    print("| system | net | GPU f32 ms / J | GPU + amp optimal ms / J | energy + amp optimal ms / J | joint ms / J | joint vs GPU + amp | "
+          "joint vs energy + amp | low-precision nodes per device | planning s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    vs_gpu = {s: [] for s in systems}
+    vs_then = {s: [] for s in systems}
+    for s in systems:
+        for n in nets:
+            j = plan(a.joule, n, s, "joint")
+            t = plan_amp(a.joule, n, s, "energy", "optimal")
+            gpu = next(b for b in j["baselines"] if b["strategy"].startswith("single:cuda") and "amp" not in b["strategy"])
+            gpu_amp = next(b for b in j["baselines"] if b["strategy"].startswith("single:cuda") and b["strategy"].endswith("amp optimal"))
+            p, q = j["plans"][0], t["plans"][0]
+            low = ", ".join(f"{d} {k}" for d, k in p["low_nodes"].items() if k)
+            vs_gpu[s].append(p["joules"] / gpu_amp["joules"] - 1)
+            vs_then[s].append(p["joules"] / q["joules"] - 1)
+            fmt = lambda x: f"{x['seconds'] * 1e3:.2f} / {x['joules']:.3f}"
+            print(f"| {s} | {n} | {fmt(gpu)} | {fmt(gpu_amp)} | {fmt(q)} | {fmt(p)} | {pct(p['joules'] / gpu_amp['joules'] - 1)} energy, "
+                  f"{p['seconds'] / gpu_amp['seconds']:.3f}x time | {pct(p['joules'] / q['joules'] - 1)} energy, {p['seconds'] / q['seconds']:.3f}x time | "
+                  f"{low or 'none'} | {j['wall']:.2f} |")
+    for s in systems:
+        print(f"\n{s}: joint against the GPU under amp optimal {pct(sum(vs_gpu[s]) / len(vs_gpu[s]))} energy on average; "
+              f"against energy + amp optimal {pct(sum(vs_then[s]) / len(vs_then[s]))}")
 
 
 if __name__ == "__main__":
