@@ -28,6 +28,8 @@ const char* role_name(TensorRole r);
 // Tensors that outlive an iteration (inputs, labels, parameters, state, constants); activations and
 // gradients live only between their producer and their last reader.
 inline bool persists(TensorRole r) { return r != TensorRole::Activation && r != TensorRole::Gradient; }
+// Tensors each step's batch fills (inputs, labels): the host's data loader writes them.
+inline bool is_batch(TensorRole r) { return r == TensorRole::Input || r == TensorRole::Label; }
 const char* phase_name(Phase p);
 
 // How a parameter, state or constant tensor is initialised.

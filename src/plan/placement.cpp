@@ -58,7 +58,7 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
         const Tensor& x = g.tensor(TensorId(t));
         tensors_[t].elements = double(x.desc.numel()), tensors_[t].dtype = x.desc.dtype;
         tensors_[t].persistent = persists(x.role);
-        if (x.producer == kNone && (x.role == TensorRole::Input || x.role == TensorRole::Label)) batch_.push_back(int(t));
+        if (x.producer == kNone && is_batch(x.role)) batch_.push_back(int(t));
         tensors_[t].producer = x.producer == kNone ? -1 : int(x.producer);
         if (x.producer != kNone) {
             const Node& n = g.node(x.producer);
@@ -828,7 +828,7 @@ std::vector<std::vector<predict::Setting>> search_settings(const TrainGraph& tg,
             std::map<std::pair<int, int>, double> link_free;
             for (size_t t = 0; t < tg.graph.num_tensors(); ++t) {
                 const Tensor& x = tg.graph.tensor(TensorId(t));
-                if (x.producer != kNone || (x.role != TensorRole::Input && x.role != TensorRole::Label) || int(d) == sys.host) continue;
+                if (x.producer != kNone || !is_batch(x.role) || int(d) == sys.host) continue;
                 for (const auto& [key, link] : route(sys, sys.host, int(d))) {
                     const predict::Cost c = predict::transfer_cost(double(x.desc.bytes()), *link);
                     batch_ready[t] = link_free[key] = std::max(batch_ready[t], link_free[key]) + c.seconds;

@@ -89,7 +89,7 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
     };
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
-        if (x.producer != kNone || (x.role != TensorRole::Input && x.role != TensorRole::Label)) continue;
+        if (x.producer != kNone || !is_batch(x.role)) continue;
         const int d = sys.index_of(tensor_device(g, TensorId(t)));
         if (d == sys.host) continue;
         ready[t] = on_links(double(x.desc.bytes()), sys.host, d, 0, s.transfer_joules);
