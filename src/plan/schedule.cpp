@@ -73,8 +73,6 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
     std::map<std::pair<int, int>, double> link_free;
     std::vector<std::optional<predict::TunedKernel>> last_kernel(D);
     const std::vector<predict::Setting> settings = sys.settings_of(lg.plan);
-    // each step's batch (inputs, labels) comes from the host's data loader: copied at the step's start to
-    // the device where it lives (its first reader's) when that is not the host
     // a copy over the links from device `from` to `to`, ready at `at`: when it lands (*start: when it
     // enters the first link)
     auto on_links = [&](double bytes, int from, int to, double at, double& joules, double* start = nullptr) {
@@ -87,6 +85,8 @@ Schedule simulate(const LoweredGraph& lg, const SystemModel& sys) {
         }
         return at;
     };
+    // each step's batch (inputs, labels) comes from the host's data loader: copied at the step's start to
+    // the device where it lives (its first reader's) when that is not the host
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
         if (x.producer != kNone || !is_batch(x.role)) continue;
