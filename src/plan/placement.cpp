@@ -427,7 +427,7 @@ Placement by_layer(const PlacementProblem& pp, const std::vector<int>& layer_dev
     return p;
 }
 
-// Where local searches of one problem have been: (round, phase, placement) at the start of a phase.
+// Where local searches of one problem have been: (round, phase, placement) at each pass over every unit.
 using Visited = std::set<std::tuple<int, size_t, Placement>>;
 
 struct Candidate {
@@ -444,9 +444,10 @@ struct Candidate {
 // is violated it takes the best move of all (steepest descent: the first move that restores a power cap
 // may cost far more time than another, an FPGA reconfiguration say; ten such steps at most), simulating
 // every move on the first step and, on the next, moves in the order of what they gained the step before
-// until none of the rest gained more than the best found (lazy greedy); once it holds, it keeps each move that improves (twenty passes at most), trying only those that cut
-// the unit's own time or dynamic energy (energy: a shorter iteration saves every device's idle energy)
-// or its time (time, powercap) -- what can pay off without a context. After a pass that moved something,
+// until none of the rest gained more than the best found (lazy greedy); once it holds, it keeps each
+// move that improves (twenty passes at most), trying only those that cut the unit's own time or dynamic
+// energy (energy: a shorter iteration saves every device's idle energy) or its time (time, powercap) --
+// what can pay off without a context. After a pass that moved something,
 // the next tries only the units that moved and their neighbours in the graph; when that finds nothing,
 // a pass over every unit confirms, and a confirming pass gaining under 0.01 % ends the phase. A start
 // reaching a placement another start on the same problem already searched on from stops there.
@@ -484,7 +485,7 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
     std::vector<size_t> batch;
     std::vector<Placement> tried(width);
     std::vector<Outcome> outcomes(width);
-    auto simulate = [&](const Placement& from, const std::vector<std::vector<int>>& units, const std::vector<Move>& moves, const std::vector<size_t>& batch) {
+    auto simulate = [&](const Placement& from, const std::vector<std::vector<int>>& units, const std::vector<Move>& moves) {
         std::exception_ptr error;
 #pragma omp parallel for schedule(static, 1) if (batch.size() > 1)
         for (size_t j = 0; j < batch.size(); ++j) try {
@@ -547,19 +548,19 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                 const Placement before = c.placement;
                 bool moved = false;
                 Candidate steepest = c;
-                // the moves in order, simulated a batch at a time on the threads against the same placement;
-                // taking one drops the rest of its batch (simulated again against the new placement), so
-                // the search is the sequential one whatever the number of threads
                 // lazily: a move that gained less than the best so far the step before will not gain more now
                 auto hopeless = [&](const Move& m) {
                     const auto it = earlier.find({m.unit, m.device});
                     return violated && it != earlier.end() && !(it->second < gain(steepest.outcome));
                 };
+                // the moves in order, simulated a batch at a time on the threads against the same placement;
+                // taking one drops the rest of its batch (simulated again against the new placement), so
+                // the search is the sequential one whatever the number of threads
                 for (size_t next = 0, stop = 0; next < moves.size() && !stop;) {
                     batch.clear();
                     for (; next < moves.size() && batch.size() < width && !(stop = hopeless(moves[next])); ++next)
                         if (moves_anything(units[moves[next].unit], moves[next].device)) batch.push_back(next);  // else an earlier move got there
-                    simulate(c.placement, units, moves, batch);
+                    simulate(c.placement, units, moves);
                     for (size_t j = 0; j < batch.size(); ++j) {
                         const Move& m = moves[batch[j]];
                         if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
