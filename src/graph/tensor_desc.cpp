@@ -27,17 +27,6 @@ DType parse_dtype(const std::string& s) {
     throw Error("unknown dtype '" + s + "'", "use f32, bf16 or f16");
 }
 
-size_t dtype_size(DType t) {
-    switch (t) {
-        case DType::F32: return 4;
-        case DType::BF16: return 2;
-        case DType::F16: return 2;
-        case DType::I32: return 4;
-        case DType::U8: return 1;
-    }
-    return 0;
-}
-
 const char* layout_name(Layout l) { return l == Layout::Plain ? "plain" : "nhwc"; }
 
 int64_t TensorDesc::numel() const {

@@ -19,7 +19,16 @@ enum class Layout : uint8_t { Plain, ChannelsLast };
 
 const char* dtype_name(DType t);
 DType parse_dtype(const std::string& s);  // "f32" | "bf16" | "f16"; throws Error otherwise
-size_t dtype_size(DType t);
+constexpr size_t dtype_size(DType t) {
+    switch (t) {
+        case DType::F32: return 4;
+        case DType::BF16: return 2;
+        case DType::F16: return 2;
+        case DType::I32: return 4;
+        case DType::U8: return 1;
+    }
+    return 0;
+}
 const char* layout_name(Layout l);
 
 using Shape = std::vector<int64_t>;
