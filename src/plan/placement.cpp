@@ -92,6 +92,10 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
         atoms_[size_t(it->second)].push_back(int(i));
         atom_of_[i] = it->second;
     }
+    // casts: only where a tensor can be stored in a dtype its reader does not compute in
+    bool casts = precision;
+    for (const TensorInfo& t : tensors_) casts = casts || (is_float(t.dtype) && t.dtype != DType::F32);
+    if (casts) cast_table_ = std::make_unique<std::atomic<const CastCost*>[]>(tensors_.size() * 3 * 3 * D);  // float dtypes: F32, BF16, F16
     routes_.resize(D * D);
     for (size_t a = 0; a < D; ++a)
         for (size_t b = 0; b < D; ++b)
@@ -123,24 +127,28 @@ int PlacementProblem::device_for(int atom, int option) const {
     return host;
 }
 
+static_assert(int(DType::F32) == 0 && int(DType::BF16) == 1 && int(DType::F16) == 2, "the float dtypes index cast tables");
+
 const PlacementProblem::CastCost& PlacementProblem::cast(size_t tensor, DType from, DType to, int device) const {
-    const std::lock_guard<std::mutex> lock(cast_mutex_);  // the local search simulates on several threads
-    auto [it, fresh] = casts_.try_emplace({tensor, from, to, device});
-    if (fresh) {
-        TensorDesc desc = tg_->graph.tensor(TensorId(tensor)).desc;
-        desc.dtype = from;
-        const std::string name = std::to_string(casts_.size());
-        const TensorId out = cast_graph_.add1(OpKind::Cast, CastAttrs{to}, {cast_graph_.input(name, desc)}, "cast:" + name);
-        const NodeId id = cast_graph_.tensor(out).producer;
-        cast_graph_.node(id).compute = to;
-        const predict::DeviceModel& m = sys_->devices[size_t(device)];
-        it->second.cost = predict::cost(cast_graph_, id, m, to, settings_[size_t(device)]);
-        if (is_fpga(*sys_, device)) it->second.kernel = &predict::fpga_kernel(cast_graph_, id, m, to, settings_[size_t(device)]);
-    }
-    return it->second;
+    std::atomic<const CastCost*>& slot = cast_table_[((tensor * 3 + size_t(from)) * 3 + size_t(to)) * devices() + size_t(device)];
+    if (const CastCost* c = slot.load(std::memory_order_acquire)) return *c;
+    const std::lock_guard<std::mutex> lock(cast_mutex_);
+    if (const CastCost* c = slot.load(std::memory_order_relaxed)) return *c;  // another thread costed it meanwhile
+    TensorDesc desc = tg_->graph.tensor(TensorId(tensor)).desc;
+    desc.dtype = from;
+    const std::string name = std::to_string(cast_store_.size());
+    const TensorId out = cast_graph_.add1(OpKind::Cast, CastAttrs{to}, {cast_graph_.input(name, desc)}, "cast:" + name);
+    const NodeId id = cast_graph_.tensor(out).producer;
+    cast_graph_.node(id).compute = to;
+    const predict::DeviceModel& m = sys_->devices[size_t(device)];
+    CastCost& c = cast_store_.emplace_back();
+    c.cost = predict::cost(cast_graph_, id, m, to, settings_[size_t(device)]);
+    if (is_fpga(*sys_, device)) c.kernel = &predict::fpga_kernel(cast_graph_, id, m, to, settings_[size_t(device)]);
+    slot.store(&c, std::memory_order_release);
+    return c;
 }
 
-PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
+PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff cut) const {
     const Graph& g = tg_->graph;
     const SystemModel& sys = *sys_;
     const size_t N = g.num_nodes(), D = sys.devices.size(), T = tensors_.size();
@@ -154,7 +162,7 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
         double bytes;
     };
     thread_local struct Scratch {
-        std::vector<double> device_free, ready, bytes, link_free, copy_ready, live, peak, persistent;
+        std::vector<double> device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, left;
         std::vector<int> home, origin, cast_of;  // per tensor: its device, the graph tensor it holds; per (tensor, dtype): its cast
         std::vector<DType> storage;
         std::vector<const predict::TunedKernel*> last_kernel;
@@ -168,7 +176,7 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
     // memory: persistent tensors at home; transient ones (and copies, casts) live from production to last use
     x.live.assign(D, 0), x.peak.assign(D, 0), x.persistent.assign(D, 0);
     x.frees.assign(N, -1), x.pool.clear();
-    auto& [device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, home, origin, cast_of, storage, last_kernel, frees, inputs, pool] = x;
+    auto& [device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, left, home, origin, cast_of, storage, last_kernel, frees, inputs, pool] = x;
     auto allocate = [&](int d, double b, int last) {
         live[size_t(d)] += b;
         peak[size_t(d)] = std::max(peak[size_t(d)], live[size_t(d)]);
@@ -235,6 +243,17 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
         }
         return landed;
     };
+    // a cutoff's bounds: each device's seconds of nodes still to run there, their dynamic joules, idle watts
+    const bool bounded = std::isfinite(cut.seconds) || std::isfinite(cut.joules);
+    double left_joules = 0, idle_watts = 0;
+    left.assign(D, 0);
+    if (bounded) {
+        for (size_t i = 0; i < N; ++i) {
+            const predict::Cost& c = *costs_[i][size_t(p[i])];
+            left[size_t(device(int(i)))] += c.seconds, left_joules += c.joules;
+        }
+        for (size_t d = 0; d < D; ++d) idle_watts += sys.devices[d].idle_w();
+    }
     std::vector<bool> f16(D, false);  // devices computing in f16: they pay loss scaling
     for (size_t i = 0; i < N; ++i) {
         const Node& n = g.node(NodeId(i));
@@ -264,12 +283,22 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p) const {
         }
         double inputs_ready = 0;
         for (const int t : inputs) inputs_ready = std::max(inputs_ready, arrive(t, d, int(i)));
-        const double end = run(d, start_on(d, inputs_ready, kernels_[i][size_t(p[i])]), *costs_[i][size_t(p[i])]);
+        const predict::Cost& c = *costs_[i][size_t(p[i])];
+        const double end = run(d, start_on(d, inputs_ready, kernels_[i][size_t(p[i])]), c);
         for (TensorId tid : n.outputs) {
             ready[size_t(tid)] = end;
             if (!tensors_[size_t(tid)].persistent) allocate(d, bytes[size_t(tid)], tensors_[size_t(tid)].last_use);
         }
         for (int f = frees[i]; f >= 0; f = pool[size_t(f)].next) live[size_t(pool[size_t(f)].device)] -= pool[size_t(f)].bytes;
+        if (bounded) {  // (1 + 1e-9): the bounds' sums round differently from the outcome's
+            left[size_t(d)] -= c.seconds, left_joules -= c.joules;
+            double seconds = o.seconds;
+            for (size_t e = 0; e < D; ++e) seconds = std::max(seconds, device_free[e] + left[e]);
+            if (seconds > cut.seconds * (1 + 1e-9) || o.dynamic_joules + o.transfer_joules + left_joules + idle_watts * seconds > cut.joules * (1 + 1e-9)) {
+                o.cut = true;
+                return o;
+            }
+        }
     }
     // f16's dynamic loss scaling: one pass over the parameter gradients on the device after its last node
     for (size_t d = 0; d < D; ++d) {
@@ -400,12 +429,18 @@ struct Objective {
     Strategy::Objective kind = Strategy::Objective::Energy;
     double bound_seconds = 0, watts = 0;
     double violation(const Outcome& o) const {
-        if (!o.fits) return 1e30;
+        if (!o.fits || o.cut) return 1e30;
         if (kind == Strategy::Objective::Energy) return std::max(0.0, o.seconds / bound_seconds - 1 - 1e-12);
         if (kind == Strategy::Objective::Powercap) return std::max(0.0, o.capped_watts / watts - 1 - 1e-12);
         return 0;
     }
     double value(const Outcome& o) const { return kind == Strategy::Objective::Energy ? o.joules() : o.seconds; }
+    // what a placement must stay within to be better than o (none while o violates the constraint)
+    PlacementProblem::Cutoff cutoff(const Outcome& o) const {
+        if (violation(o) > 0) return {};
+        if (kind == Strategy::Objective::Energy) return {bound_seconds * (1 + 1e-12), value(o)};
+        return {value(o), INFINITY};
+    }
     bool better(const Outcome& a, const Outcome& b) const {  // a strictly better than b
         const double va = violation(a), vb = violation(b);
         if (va != vb) return va < vb - 1e-15;
@@ -485,13 +520,13 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
     std::vector<size_t> batch;
     std::vector<Placement> tried(width);
     std::vector<Outcome> outcomes(width);
-    auto simulate = [&](const Placement& from, const std::vector<std::vector<int>>& units, const std::vector<Move>& moves) {
+    auto simulate = [&](const Placement& from, const std::vector<std::vector<int>>& units, const std::vector<Move>& moves, PlacementProblem::Cutoff cut) {
         std::exception_ptr error;
 #pragma omp parallel for schedule(static, 1) if (batch.size() > 1)
         for (size_t j = 0; j < batch.size(); ++j) try {
                 tried[j] = from;
                 put(pp, tried[j], units[moves[batch[j]].unit], moves[batch[j]].device);
-                outcomes[j] = pp.evaluate(tried[j]);
+                outcomes[j] = pp.evaluate(tried[j], cut);
             } catch (...) {
 #pragma omp critical(joule_placement_error)
                 if (!error) error = std::current_exception();
@@ -560,7 +595,7 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                     batch.clear();
                     for (; next < moves.size() && batch.size() < width && !(stop = hopeless(moves[next])); ++next)
                         if (moves_anything(units[moves[next].unit], moves[next].device)) batch.push_back(next);  // else an earlier move got there
-                    simulate(c.placement, units, moves);
+                    simulate(c.placement, units, moves, obj.cutoff(c.outcome));  // none while violated: every move's gain counts
                     for (size_t j = 0; j < batch.size(); ++j) {
                         const Move& m = moves[batch[j]];
                         if (violated) {  // the best move of all: the first that restores the constraint may cost far more time than another
@@ -611,7 +646,7 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                         put(pp, q, pp.layers()[a], int(da));
                         put(pp, q, pp.layers()[b], int(db));
                         if (q == c.placement) continue;
-                        const Outcome o = pp.evaluate(q);
+                        const Outcome o = pp.evaluate(q, obj.cutoff(c.outcome));
                         ++evaluations;
                         if (obj.better(o, c.outcome)) c.placement = std::move(q), c.outcome = o, moved = true;
                     }
@@ -788,7 +823,8 @@ bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, lo
                 return;
             }
             Placement p = by_layer(pp, choice);
-            const Outcome o = pp.evaluate(p);
+            const Outcome o = pp.evaluate(p, obj.kind == Strategy::Objective::Energy ? PlacementProblem::Cutoff{obj.bound_seconds * (1 + 1e-12), incumbent}
+                                                                                     : PlacementProblem::Cutoff{incumbent, INFINITY});
             ++evaluations;
             if (o.fits && obj.violation(o) == 0 && obj.value(o) < incumbent * (1 - 1e-12)) {
                 incumbent = obj.value(o);

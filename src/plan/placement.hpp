@@ -55,10 +55,12 @@
 //                    where that meets the bound.
 #pragma once
 
-#include <map>
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <string>
 #include <vector>
 
@@ -109,9 +111,17 @@ public:
         double joules() const { return dynamic_joules + idle_joules + transfer_joules; }
         double watts() const { return seconds > 0 ? joules() / seconds : 0; }
         double capped_watts = 0;  // the power a cap counts: accelerators, the host when it runs nodes, links
+        bool cut = false;  // stopped past a Cutoff: no whole outcome, only that it is past it
     };
     using Placement = std::vector<int>;  // an option per node of train().graph
-    Outcome evaluate(const Placement& p) const;
+    // Where the caller loses interest: the simulation stops (Outcome::cut) once the iteration will surely
+    // take longer than `seconds` or need more than `joules`. Lower bounds at each node: every device still
+    // runs its remaining nodes one after another, and every joule to come is those nodes' dynamic energy
+    // or idle power over at least that time. A search rejects most moves this way early.
+    struct Cutoff {
+        double seconds = INFINITY, joules = INFINITY;
+    };
+    Outcome evaluate(const Placement& p, Cutoff cut = Cutoff{INFINITY, INFINITY}) const;
 
     // The plan that runs placement p: node entries for every node off the host or not in f32 (weight
     // gradients of low-precision GEMMs stored in f32, as amp plans do), and the devices' settings.
@@ -133,9 +143,12 @@ private:
     std::vector<char> f32_only_;     // per node: f32_only_op
     std::vector<std::vector<std::optional<predict::Cost>>> costs_;  // per node and option
     std::vector<std::vector<const predict::TunedKernel*>> kernels_;
+    // per (tensor, from, to, device) of float dtypes, filled on first use by whichever search thread
+    // needs it: the lookup takes no lock (simulations on several threads look casts up all the time)
+    mutable std::unique_ptr<std::atomic<const CastCost*>[]> cast_table_;
+    mutable std::deque<CastCost> cast_store_;  // what cast_table_ points to
     mutable Graph cast_graph_;
-    mutable std::map<std::tuple<size_t, DType, DType, int>, CastCost> casts_;
-    mutable std::mutex cast_mutex_;
+    mutable std::mutex cast_mutex_;  // while a cast is costed and stored
     std::vector<int> atom_of_;
     std::vector<std::vector<int>> atoms_, layers_;
     struct TensorInfo {
