@@ -131,6 +131,51 @@ TEST(Placement, TheFastEvaluationWithPrecisionsIsTheSimulationOfTheLoweredPlan) 
     EXPECT_EQ(pp.low_precision(sys.host), DType::F32) << "the Xeon Gold 6148 has no bf16";
 }
 
+// A cutoff stops only simulations that would end past it, and one that does not stop is the whole
+// simulation: the search's moves rejected early are those it would reject anyway.
+TEST(Placement, ACutoffStopsOnlySimulationsThatEndPastIt) {
+    const TrainGraph nets[] = {test::zoo_train_graph("resnet18", 4, 32), test::zoo_train_graph("lenet5", 16)};
+    std::mt19937 rng(5);
+    int cut = 0, whole = 0;
+    for (const char* name : {"cpu+v100+s10", "cpu+s10", "cpu+k40+de5"})
+        for (const TrainGraph& tg : nets) {
+            const SystemModel& sys = system(name);
+            const PlacementProblem pp(tg, sys, {}, std::string(name) != "cpu+k40+de5");
+            // a placement mostly on one device, and moves of a unit or two from it
+            Placement p(pp.nodes(), sys.host);
+            for (size_t a = 0; a < pp.atoms().size(); ++a)
+                for (int n : pp.atoms()[a]) p[size_t(n)] = pp.device_for(int(a), rng() % 8 ? 1 : int(rng() % pp.options()));
+            const Outcome from = pp.evaluate(p);
+            for (int move = 0; move < 40; ++move) {
+                Placement q = p;
+                for (int k = 0, moved = 1 + int(rng() % 2); k < moved; ++k) {
+                    const auto& unit = move % 2 ? pp.layers()[rng() % pp.layers().size()] : std::vector<int>{int(rng() % pp.atoms().size())};
+                    const int o = int(rng() % pp.options());
+                    for (int a : unit)
+                        for (int n : pp.atoms()[size_t(a)]) q[size_t(n)] = pp.device_for(a, o);
+                }
+                const Outcome all = pp.evaluate(q);
+                const std::string what = std::string(name) + " " + std::to_string(pp.nodes()) + " nodes, move " + std::to_string(move);
+                for (const PlacementProblem::Cutoff c : {PlacementProblem::Cutoff{from.seconds, INFINITY}, PlacementProblem::Cutoff{INFINITY, from.joules()}}) {
+                    const Outcome o = pp.evaluate(q, c);
+                    if (o.cut) {
+                        ++cut;
+                        EXPECT_TRUE(all.seconds > c.seconds || all.joules() > c.joules) << what;
+                        continue;
+                    }
+                    ++whole;
+                    EXPECT_EQ(o.seconds, all.seconds) << what;
+                    EXPECT_EQ(o.joules(), all.joules()) << what;
+                    EXPECT_EQ(o.capped_watts, all.capped_watts) << what;
+                    EXPECT_EQ(o.bytes_by_device, all.bytes_by_device) << what;
+                    EXPECT_EQ(o.transfers + o.casts + o.switches, all.transfers + all.casts + all.switches) << what;
+                }
+            }
+        }
+    EXPECT_GT(cut, 40);
+    EXPECT_GT(whole, 40);
+}
+
 // Every layer placement enumerated: the optimum of an objective, for exact to equal.
 struct Best {
     double value = INFINITY;
