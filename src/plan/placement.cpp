@@ -52,6 +52,16 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
             costs_[i][o] = predict::cost(g, id, m, t, settings_[d]);
         }
     }
+    sim_costs_.resize(N * O);
+    for (size_t i = 0; i < N; ++i) {
+        const Node& n = g.node(NodeId(i));
+        SimNode& x = sim_nodes_.emplace_back();
+        x.inputs = int(io_.size()), io_.insert(io_.end(), n.inputs.begin(), n.inputs.end());
+        x.outputs = int(io_.size()), io_.insert(io_.end(), n.outputs.begin(), n.outputs.end());
+        x.end = int(io_.size()), x.f32_inputs = op_info(n.kind).f32_inputs;
+        for (size_t o = 0; o < O; ++o)
+            if (costs_[i][o]) sim_costs_[i * O + o] = {costs_[i][o]->seconds, costs_[i][o]->joules, kernels_[i][o]};
+    }
     // tensors: size, producer, the node writing it in place, first reader, last use
     tensors_.resize(g.num_tensors());
     for (size_t t = 0; t < g.num_tensors(); ++t) {
@@ -151,7 +161,7 @@ const PlacementProblem::CastCost& PlacementProblem::cast(size_t tensor, DType fr
 PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff cut) const {
     const Graph& g = tg_->graph;
     const SystemModel& sys = *sys_;
-    const size_t N = g.num_nodes(), D = sys.devices.size(), T = tensors_.size();
+    const size_t N = g.num_nodes(), D = sys.devices.size(), T = tensors_.size(), O = options();
     Outcome o;
     o.busy_seconds.assign(D, 0), o.dynamic_by_device.assign(D, 0), o.bytes_by_device.assign(D, 0);
     auto device = [&](int node) { return device_of(p[size_t(node)]); };
@@ -204,12 +214,12 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
         }
         return start;
     };
-    auto run = [&](int d, double start, const predict::Cost& c) {
-        const double end = start + c.seconds;
+    auto run = [&](int d, double start, double seconds, double joules) {
+        const double end = start + seconds;
         device_free[size_t(d)] = end;
-        o.busy_seconds[size_t(d)] += c.seconds;
-        o.dynamic_by_device[size_t(d)] += c.joules;
-        o.dynamic_joules += c.joules;
+        o.busy_seconds[size_t(d)] += seconds;
+        o.dynamic_by_device[size_t(d)] += joules;
+        o.dynamic_joules += joules;
         o.seconds = std::max(o.seconds, end);
         return end;
     };
@@ -249,30 +259,29 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
     left.assign(D, 0);
     if (bounded) {
         for (size_t i = 0; i < N; ++i) {
-            const predict::Cost& c = *costs_[i][size_t(p[i])];
+            const SimCost& c = sim_costs_[i * O + size_t(p[i])];
             left[size_t(device(int(i)))] += c.seconds, left_joules += c.joules;
         }
         for (size_t d = 0; d < D; ++d) idle_watts += sys.devices[d].idle_w();
     }
     std::vector<bool> f16(D, false);  // devices computing in f16: they pay loss scaling
     for (size_t i = 0; i < N; ++i) {
-        const Node& n = g.node(NodeId(i));
-        const OpInfo& info = op_info(n.kind);
+        const SimNode& n = sim_nodes_[i];
         const int d = device(int(i));
         const DType compute = dtype(i, p[i]);
         f16[size_t(d)] = f16[size_t(d)] || compute == DType::F16;
         // the casts its inputs need (one per (tensor, dtype), on the device of its first consumer), then
         // its inputs' transfers, as the lowered graph orders them
-        inputs.assign(n.inputs.begin(), n.inputs.end());
+        inputs.assign(io_.begin() + n.inputs, io_.begin() + n.outputs);
         for (size_t k = 0; k < inputs.size(); ++k) {
             const int t = inputs[k];
-            const DType have = storage[size_t(t)], want = has_bit(info.f32_inputs, k) ? DType::F32 : compute;
+            const DType have = storage[size_t(t)], want = has_bit(n.f32_inputs, k) ? DType::F32 : compute;
             if (!is_float(have) || have == want) continue;
             int& v = cast_of[size_t(t) * 3 + size_t(want)];
             if (v < 0) {
                 const CastCost& c = cast(size_t(t), have, want, d);
                 v = int(ready.size());
-                const double end = run(d, start_on(d, arrive(t, d, int(i)), c.kernel), c.cost);
+                const double end = run(d, start_on(d, arrive(t, d, int(i)), c.kernel), c.cost.seconds, c.cost.joules);
                 ready.push_back(end), home.push_back(d), origin.push_back(t), storage.push_back(want);
                 bytes.push_back(tensors_[size_t(t)].elements * double(dtype_size(want)));
                 copy_ready.resize(copy_ready.size() + D, -1);
@@ -283,11 +292,12 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
         }
         double inputs_ready = 0;
         for (const int t : inputs) inputs_ready = std::max(inputs_ready, arrive(t, d, int(i)));
-        const predict::Cost& c = *costs_[i][size_t(p[i])];
-        const double end = run(d, start_on(d, inputs_ready, kernels_[i][size_t(p[i])]), c);
-        for (TensorId tid : n.outputs) {
-            ready[size_t(tid)] = end;
-            if (!tensors_[size_t(tid)].persistent) allocate(d, bytes[size_t(tid)], tensors_[size_t(tid)].last_use);
+        const SimCost& c = sim_costs_[i * O + size_t(p[i])];
+        const double end = run(d, start_on(d, inputs_ready, c.kernel), c.seconds, c.joules);
+        for (int k = n.outputs; k < n.end; ++k) {
+            const int t = io_[size_t(k)];
+            ready[size_t(t)] = end;
+            if (!tensors_[size_t(t)].persistent) allocate(d, bytes[size_t(t)], tensors_[size_t(t)].last_use);
         }
         for (int f = frees[i]; f >= 0; f = pool[size_t(f)].next) live[size_t(pool[size_t(f)].device)] -= pool[size_t(f)].bytes;
         if (bounded) {  // (1 + 1e-9): the bounds' sums round differently from the outcome's
@@ -308,7 +318,7 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
             if (home[size_t(grad)] == int(d)) elements += tensors_[size_t(grad)].elements;
         if (elements <= 0) continue;
         const predict::Cost c = predict::loss_scaling_cost(elements, sys.devices[d], settings_[d]);
-        run(int(d), device_free[d], c);
+        run(int(d), device_free[d], c.seconds, c.joules);
         o.loss_scaling_seconds += c.seconds;
     }
     bool host_runs = false;
@@ -484,7 +494,7 @@ struct Candidate {
 // energy (energy: a shorter iteration saves every device's idle energy) or its time (time, powercap) --
 // what can pay off without a context. After a pass that moved something,
 // the next tries only the units that moved and their neighbours in the graph; when that finds nothing,
-// a pass over every unit confirms, and a confirming pass gaining under 0.01 % ends the phase. A start
+// a pass over every unit confirms, and a confirming pass gaining under 0.1 % ends the phase. A start
 // reaching a placement another start on the same problem already searched on from stops there.
 struct Move {
     size_t unit;
@@ -618,8 +628,8 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                     everything = true;  // nothing near the last moves helps: one pass over every unit confirms
                     continue;
                 }
-                // a pass over every unit that gained under 0.01 % ends the phase: what is left are crumbs
-                if (everything && !violated && passes > 1 && obj.value(c.outcome) > value * (1 - 1e-4)) break;
+                // a pass over every unit that gained under 0.1 % ends the phase: what is left are crumbs
+                if (everything && !violated && passes > 1 && obj.value(c.outcome) > value * (1 - 1e-3)) break;
                 // the next pass looks at the units that moved and their neighbours in the graph: a move
                 // rejected elsewhere mostly stays rejected (don't-look bits, as in 2-opt local search)
                 std::fill(look.begin(), look.end(), 0);

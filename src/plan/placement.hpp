@@ -143,6 +143,20 @@ private:
     std::vector<char> f32_only_;     // per node: f32_only_op
     std::vector<std::vector<std::optional<predict::Cost>>> costs_;  // per node and option
     std::vector<std::vector<const predict::TunedKernel*>> kernels_;
+    // what evaluate() reads per node, packed in node order (it is bound by the latency of scattered
+    // reads): its inputs and outputs (ranges of io_), the inputs it reads in f32, and per option its
+    // seconds, dynamic joules and FPGA kernel
+    struct SimNode {
+        int inputs, outputs, end;
+        OperandMask f32_inputs;
+    };
+    struct SimCost {
+        double seconds = 0, joules = 0;
+        const predict::TunedKernel* kernel = nullptr;
+    };
+    std::vector<SimNode> sim_nodes_;
+    std::vector<int> io_;
+    std::vector<SimCost> sim_costs_;  // per node and option
     // per (tensor, from, to, device) of float dtypes, filled on first use by whichever search thread
     // needs it: the lookup takes no lock (simulations on several threads look casts up all the time)
     mutable std::unique_ptr<std::atomic<const CastCost*>[]> cast_table_;
