@@ -35,7 +35,7 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
     f32_only_.resize(N);
     for (size_t i = 0; i < N; ++i) f32_only_[i] = f32_only_op(g.node(NodeId(i)).kind);
     costs_.assign(N, std::vector<std::optional<predict::Cost>>(O));
-    kernels_.assign(N, std::vector<const predict::TunedKernel*>(O, nullptr));
+    sim_costs_.resize(N * O);
     for (size_t i = 0; i < N; ++i) {
         const NodeId id = NodeId(i);
         const Node& n = g.node(id);
@@ -47,12 +47,11 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
             if (o >= D && (t == DType::F32 || !predict::runs_in(m, g, id, t))) continue;
             if (is_fpga(sys, int(d))) {
                 if (!predict::fpga_runs(n.kind)) continue;
-                kernels_[i][o] = &predict::fpga_kernel(g, id, m, t, settings_[d]);
+                sim_costs_[i * O + o].kernel = &predict::fpga_kernel(g, id, m, t, settings_[d]);
             }
             costs_[i][o] = predict::cost(g, id, m, t, settings_[d]);
         }
     }
-    sim_costs_.resize(N * O);
     for (size_t i = 0; i < N; ++i) {
         const Node& n = g.node(NodeId(i));
         SimNode& x = sim_nodes_.emplace_back();
@@ -60,7 +59,7 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
         x.outputs = int(io_.size()), io_.insert(io_.end(), n.outputs.begin(), n.outputs.end());
         x.end = int(io_.size()), x.f32_inputs = op_info(n.kind).f32_inputs;
         for (size_t o = 0; o < O; ++o)
-            if (costs_[i][o]) sim_costs_[i * O + o] = {costs_[i][o]->seconds, costs_[i][o]->joules, kernels_[i][o]};
+            if (costs_[i][o]) sim_costs_[i * O + o].seconds = costs_[i][o]->seconds, sim_costs_[i * O + o].joules = costs_[i][o]->joules;
     }
     // tensors: size, producer, the node writing it in place, first reader, last use
     tensors_.resize(g.num_tensors());
@@ -446,10 +445,11 @@ struct Objective {
     }
     double value(const Outcome& o) const { return kind == Strategy::Objective::Energy ? o.joules() : o.seconds; }
     // what a placement must stay within to be better than o (none while o violates the constraint)
-    PlacementProblem::Cutoff cutoff(const Outcome& o) const {
-        if (violation(o) > 0) return {};
-        if (kind == Strategy::Objective::Energy) return {bound_seconds * (1 + 1e-12), value(o)};
-        return {value(o), INFINITY};
+    PlacementProblem::Cutoff cutoff(const Outcome& o) const { return violation(o) > 0 ? PlacementProblem::Cutoff{} : cutoff_at(value(o)); }
+    // what a placement within the constraint must stay within to have a value under `v`
+    PlacementProblem::Cutoff cutoff_at(double v) const {
+        if (kind == Strategy::Objective::Energy) return {bound_seconds * (1 + 1e-12), v};
+        return {v, INFINITY};
     }
     bool better(const Outcome& a, const Outcome& b) const {  // a strictly better than b
         const double va = violation(a), vb = violation(b);
@@ -833,8 +833,7 @@ bool exact(const PlacementProblem& pp, const Objective& obj, Candidate& best, lo
                 return;
             }
             Placement p = by_layer(pp, choice);
-            const Outcome o = pp.evaluate(p, obj.kind == Strategy::Objective::Energy ? PlacementProblem::Cutoff{obj.bound_seconds * (1 + 1e-12), incumbent}
-                                                                                     : PlacementProblem::Cutoff{incumbent, INFINITY});
+            const Outcome o = pp.evaluate(p, obj.cutoff_at(incumbent));
             ++evaluations;
             if (o.fits && obj.violation(o) == 0 && obj.value(o) < incumbent * (1 - 1e-12)) {
                 incumbent = obj.value(o);

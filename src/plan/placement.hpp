@@ -142,7 +142,6 @@ private:
     std::vector<DType> low_;         // per device
     std::vector<char> f32_only_;     // per node: f32_only_op
     std::vector<std::vector<std::optional<predict::Cost>>> costs_;  // per node and option
-    std::vector<std::vector<const predict::TunedKernel*>> kernels_;
     // what evaluate() reads per node, packed in node order (it is bound by the latency of scattered
     // reads): its inputs and outputs (ranges of io_), the inputs it reads in f32, and per option its
     // seconds, dynamic joules and FPGA kernel
