@@ -531,20 +531,32 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
     std::vector<Placement> tried(width);
     std::vector<Outcome> outcomes(width);
     auto simulate = [&](const Placement& from, const std::vector<std::vector<int>>& units, const std::vector<Move>& moves, PlacementProblem::Cutoff cut) {
-        std::exception_ptr error;
-#pragma omp parallel for schedule(static, 1) if (batch.size() > 1)
-        for (size_t j = 0; j < batch.size(); ++j) try {
+        std::vector<std::exception_ptr> errors(batch.size());
+        auto one = [&](size_t j) {
+            try {
                 tried[j] = from;
                 put(pp, tried[j], units[moves[batch[j]].unit], moves[batch[j]].device);
                 outcomes[j] = pp.evaluate(tried[j], cut);
             } catch (...) {
-#pragma omp critical(joule_placement_error)
-                if (!error) error = std::current_exception();
+                errors[j] = std::current_exception();
             }
-        if (error) std::rethrow_exception(error);
+        };
+        if (omp_in_parallel()) {  // a job of side_by_side's: tasks, for whichever thread is free (else this one)
+            for (size_t j = 0; j < batch.size(); ++j) {
+#pragma omp task default(shared) firstprivate(j) if (j + 1 < batch.size())
+                one(j);
+            }
+#pragma omp taskwait
+        } else {
+#pragma omp parallel for schedule(static, 1) if (batch.size() > 1)
+            for (size_t j = 0; j < batch.size(); ++j) one(j);
+        }
+        for (const std::exception_ptr& e : errors)
+            if (e) std::rethrow_exception(e);
         evaluations += long(batch.size());
     };
     std::vector<int> unit_of(pp.nodes());
+    std::vector<std::vector<int>> targets;  // per option moving a unit: where its atoms go
     for (int round = 0; round < 5; ++round) {
         for (size_t phase = 0; phase < 2; ++phase) {
             const std::vector<std::vector<int>>& units = *phases[phase];
@@ -567,8 +579,15 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
                 for (size_t u = 0; u < units.size(); ++u) {
                     if (!everything && !look[u]) continue;
                     const auto [secs, joules] = unit_cost(units[u], -1);
+                    targets.clear();
                     for (size_t d = 0; d < D; ++d) {
                         if (!moves_anything(units[u], int(d))) continue;
+                        // where the unit's atoms go; options an atom has no kernel for fall back (its device
+                        // in f32, the host), so two options may move it to the same place: simulated once
+                        std::vector<int> to;
+                        for (int a : units[u]) to.push_back(pp.device_for(a, int(d)));
+                        if (std::find(targets.begin(), targets.end(), to) != targets.end()) continue;
+                        targets.push_back(std::move(to));
                         const auto [s2, j2] = unit_cost(units[u], int(d));
                         const double dt = s2 - secs, dj = j2 - joules;
                         const bool energy = obj.kind == Strategy::Objective::Energy;
@@ -663,6 +682,34 @@ Candidate improve(const PlacementProblem& pp, Candidate c, const Objective& obj,
         if (!moved) break;
     }
     return c;
+}
+
+// Runs the jobs side by side on the threads as tasks (a job's simulations are tasks too: a thread done
+// with its job helps the others); inside a job (joint's energy search), as more tasks for the same
+// threads. A lone job outside runs here, its simulations on all threads. Rethrows the first job's error.
+void side_by_side(const std::vector<std::function<void()>>& jobs) {
+    if (jobs.size() == 1 && !omp_in_parallel()) return jobs.front()();
+    std::vector<std::exception_ptr> errors(jobs.size());
+    auto spawn = [&] {
+        for (size_t j = 0; j < jobs.size(); ++j) {
+#pragma omp task default(shared) firstprivate(j)
+            try {
+                jobs[j]();
+            } catch (...) {
+                errors[j] = std::current_exception();
+            }
+        }
+    };
+    if (omp_in_parallel()) {
+        spawn();
+#pragma omp taskwait
+    } else {  // no taskwait: a thread waiting there sleeps till a job ends, one at the barrier takes tasks as they come
+#pragma omp parallel
+#pragma omp single nowait
+        spawn();
+    }
+    for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
 }
 
 Candidate single(const PlacementProblem& pp, int device, long& evaluations) {
@@ -927,58 +974,72 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
         if (best.placement.empty() || obj.better(c.outcome, best.outcome)) best = std::move(c);
     };
     // one problem per setting searched (FPGA designs; powercap: GPU power limits), each with the
-    // single-device placements: the baselines, a device at its best setting
+    // single-device placements: the baselines, a device at its best setting; and the strategy's own
+    // plans, or its seeds (built side by side: costing every node on every device is much of the work)
     const bool joint = s.kind == Strategy::Kind::Joint;
-    const PlacementProblem base(tg, sys, {}, joint);
     struct Level {
-        std::unique_ptr<PlacementProblem> own;
-        const PlacementProblem* pp = nullptr;
+        std::unique_ptr<PlacementProblem> pp;
         std::vector<Candidate> seeds;
+        std::vector<std::pair<size_t, int>> baselines;  // (seed, its device): the single placements
+        Candidate plan;                                 // cnnlab's, heft's
+        long evaluations = 0;
         Visited visited;  // where local searches on pp have been
     };
-    std::vector<Level> levels;
-    std::vector<Candidate> baselines(D);  // per device: its fastest single placement (joint: in any precision)
-    auto baseline = [&](const Candidate& c, int device) {
-        Candidate& b = baselines[size_t(device)];
-        const Outcome& o = c.outcome;
-        if (b.placement.empty() || (o.fits && (!b.outcome.fits || o.seconds < b.outcome.seconds * (1 - 1e-12)))) b = c;
-    };
-    for (const std::vector<predict::Setting>& set : search_settings(tg, sys, s)) {
-        Level l;
-        if (set != sys.settings) l.own = std::make_unique<PlacementProblem>(tg, sys, set, joint);
-        l.pp = l.own ? l.own.get() : &base;
-        for (size_t o = 0; o < l.pp->options(); ++o) {
-            l.seeds.push_back(single(*l.pp, int(o), evaluations));
-            baseline(l.seeds.back(), l.pp->device_of(int(o)));
-        }
-        if (joint)  // each device under TF-AMP's greedy policy and the optimal one
-            for (size_t d = 0; d < D; ++d)
-                for (const AmpPolicy policy : {AmpPolicy::Greedy, AmpPolicy::Optimal}) {
-                    Candidate c = l.seeds[d];
-                    c.placement = amp_over(*l.pp, c.placement, policy);
-                    c.outcome = l.pp->evaluate(c.placement);
-                    ++evaluations;
-                    c.chosen += std::string(" amp ") + amp_policy_name(policy);
-                    l.seeds.push_back(c);
-                    baseline(c, int(d));
-                }
-        levels.push_back(std::move(l));
-    }
-    if (joint) {  // placement, then precision: energy's plan under the optimal policy
-        Strategy energy = s;
-        energy.kind = Strategy::Kind::Energy;
-        const Placed e = place(tg, sys, energy);
-        evaluations += e.evaluations;
-        for (Level& l : levels)
-            if (l.pp->settings() == e.settings) {
-                Candidate c;
-                c.placement = amp_over(*l.pp, e.placement, AmpPolicy::Optimal);
-                c.outcome = l.pp->evaluate(c.placement);
-                ++evaluations;
-                c.chosen = "energy + amp optimal";
-                c.settings = e.settings;
-                l.seeds.push_back(std::move(c));
+    const std::vector<std::vector<predict::Setting>> sets = search_settings(tg, sys, s);
+    std::vector<Level> levels(sets.size());
+    std::vector<std::function<void()>> jobs;
+    for (size_t k = 0; k < sets.size(); ++k)
+        jobs.push_back([&, k] {
+            Level& l = levels[k];
+            const PlacementProblem& pp = *(l.pp = std::make_unique<PlacementProblem>(tg, sys, sets[k], joint));
+            for (size_t o = 0; o < pp.options(); ++o) {
+                l.baselines.push_back({l.seeds.size(), pp.device_of(int(o))});
+                l.seeds.push_back(single(pp, int(o), l.evaluations));
             }
+            if (joint)  // each device under TF-AMP's greedy policy and the optimal one
+                for (size_t d = 0; d < D; ++d)
+                    for (const AmpPolicy policy : {AmpPolicy::Greedy, AmpPolicy::Optimal}) {
+                        Candidate c = l.seeds[d];
+                        c.placement = amp_over(pp, c.placement, policy);
+                        c.outcome = pp.evaluate(c.placement);
+                        ++l.evaluations;
+                        c.chosen += std::string(" amp ") + amp_policy_name(policy);
+                        l.baselines.push_back({l.seeds.size(), int(d)});
+                        l.seeds.push_back(std::move(c));
+                    }
+            auto own = [&](Placement p) {
+                Candidate c;
+                c.placement = std::move(p);
+                c.outcome = pp.evaluate(c.placement);
+                ++l.evaluations;
+                c.chosen = "its own plan";
+                c.settings = pp.settings();
+                return c;
+            };
+            switch (s.kind) {
+                case Strategy::Kind::Cnnlab: l.plan = own(per_layer_best(pp, [](double t, double e) { return t * e; })); break;
+                case Strategy::Kind::Heft: l.plan = own(heft(pp)); break;
+                case Strategy::Kind::Energy:
+                case Strategy::Kind::Powercap:
+                case Strategy::Kind::Joint:
+                    l.seeds.push_back(own(per_layer_best(pp, [](double, double e) { return e; })));
+                    l.seeds.push_back(own(per_layer_best(pp, [](double t, double) { return t; })));
+                    l.seeds.push_back(own(per_layer_best(pp, [](double t, double e) { return t * e; })));  // cnnlab's
+                    l.seeds.push_back(own(heft(pp)));
+                    break;
+                case Strategy::Kind::Exact:
+                case Strategy::Kind::Single: break;
+            }
+        });
+    side_by_side(jobs);
+    std::vector<Candidate> baselines(D);  // per device: its fastest single placement (joint: in any precision)
+    for (const Level& l : levels) {
+        evaluations += l.evaluations;
+        for (const auto& [seed, device] : l.baselines) {
+            Candidate& b = baselines[size_t(device)];
+            const Outcome& o = l.seeds[seed].outcome;
+            if (b.placement.empty() || (o.fits && (!b.outcome.fits || o.seconds < b.outcome.seconds * (1 - 1e-12)))) b = l.seeds[seed];
+        }
     }
     if (s.kind == Strategy::Kind::Single) {
         best = baselines[size_t(sys.index_of(s.device))];
@@ -989,42 +1050,19 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
             if (b.outcome.fits) obj.bound_seconds = std::min(obj.bound_seconds, b.outcome.seconds * (1 + s.slack));
         if (!std::isfinite(obj.bound_seconds)) obj.bound_seconds = 0;  // nothing fits: every plan violates
         for (Level& l : levels) {
-            const std::vector<predict::Setting>& set = l.pp->settings();
-            auto own = [&](Placement p) {
-                Candidate c;
-                c.placement = std::move(p);
-                c.outcome = l.pp->evaluate(c.placement);
-                ++evaluations;
-                c.chosen = "its own plan";
-                c.settings = set;
-                return c;
-            };
-            switch (s.kind) {
-                case Strategy::Kind::Cnnlab: consider(own(per_layer_best(*l.pp, [](double t, double e) { return t * e; }))); break;
-                case Strategy::Kind::Heft: consider(own(heft(*l.pp))); break;
-                case Strategy::Kind::Energy:
-                case Strategy::Kind::Powercap:
-                case Strategy::Kind::Joint:
-                    l.seeds.push_back(own(per_layer_best(*l.pp, [](double, double e) { return e; })));
-                    l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double) { return t; })));
-                    l.seeds.push_back(own(per_layer_best(*l.pp, [](double t, double e) { return t * e; })));  // cnnlab's
-                    l.seeds.push_back(own(heft(*l.pp)));
-                    break;
-                case Strategy::Kind::Exact: {
-                    Candidate c = best;  // the incumbent so far (none at first: the baselines follow)
-                    for (const Candidate& b : l.seeds)
-                        if (c.placement.empty() || obj.better(b.outcome, c.outcome)) c = b;
-                    // refused up front beyond 10^7 layer placements, and when the search simulates 2 x 10^6 of them
-                    const double space = std::pow(double(D), double(l.pp->layers().size()));
-                    const long budget = 2'000'000;
-                    if (space > 1e7 || !exact(*l.pp, obj, c, evaluations, budget))
-                        throw Error("--strategy " + out.strategy + ": " + std::to_string(l.pp->layers().size()) + " layers on " + std::to_string(D) + " devices are " +
-                                        (space > 1e7 ? "more than 10^7 placements" : "more placements than the search simulates (" + std::to_string(budget) + ")"),
-                                    "exact solves small nets (LeNet-5); use energy, powercap or heft for larger ones");
-                    consider(c);
-                    break;
-                }
-                case Strategy::Kind::Single: break;
+            if (!l.plan.placement.empty()) consider(l.plan);
+            if (s.kind == Strategy::Kind::Exact) {
+                Candidate c = best;  // the incumbent so far (none at first: the baselines follow)
+                for (const Candidate& b : l.seeds)
+                    if (c.placement.empty() || obj.better(b.outcome, c.outcome)) c = b;
+                // refused up front beyond 10^7 layer placements, and when the search simulates 2 x 10^6 of them
+                const double space = std::pow(double(D), double(l.pp->layers().size()));
+                const long budget = 2'000'000;
+                if (space > 1e7 || !exact(*l.pp, obj, c, evaluations, budget))
+                    throw Error("--strategy " + out.strategy + ": " + std::to_string(l.pp->layers().size()) + " layers on " + std::to_string(D) + " devices are " +
+                                    (space > 1e7 ? "more than 10^7 placements" : "more placements than the search simulates (" + std::to_string(budget) + ")"),
+                                "exact solves small nets (LeNet-5); use energy, powercap or heft for larger ones");
+                consider(c);
             }
             for (const Candidate& c : l.seeds) consider(c);
         }
@@ -1045,19 +1083,50 @@ Placed place(const TrainGraph& tg, const SystemModel& sys, const Strategy& s) {
                 return v;
             };
             std::stable_sort(levels.begin(), levels.end(), [&](const Level& a, const Level& b) { return score(a) < score(b); });
-            const size_t searched = base.layers().size() * (base.options() - 1) <= 48 ? levels.size() : 3;  // small nets: every setting
+            const size_t searched = std::min(levels.size(), levels.front().pp->layers().size() * (levels.front().pp->options() - 1) <= 48 ? levels.size() : 3);  // small nets: every setting
             const double promising = obj.violation(best.outcome) == 0 ? obj.value(best.outcome) * 2 : INFINITY;
-            for (size_t k = 0; k < levels.size() && k < searched; ++k) {
-                const Candidate* closest = nullptr;
-                for (const Candidate& c : levels[k].seeds)
-                    if (obj.violation(c.outcome) > 0 && (!closest || obj.better(c.outcome, closest->outcome))) closest = &c;
-                for (const Candidate& c : levels[k].seeds)
-                    if ((&c == closest || obj.violation(c.outcome) == 0) && obj.value(c.outcome) <= promising) {
-                        Candidate start = c;
-                        start.chosen = "its own plan";
-                        consider(improve(*levels[k].pp, std::move(start), obj, evaluations, levels[k].visited));
+            auto search = [&](Level& l, const Candidate& seed, long& count) {
+                Candidate start = seed;
+                start.chosen = "its own plan";
+                return improve(*l.pp, std::move(start), obj, count, l.visited);
+            };
+            // the settings' searches run side by side (each from its seeds in order: they share where they
+            // have been); joint's placement-then-precision seed, energy's own search, beside them
+            std::vector<std::vector<Candidate>> found(searched);
+            std::vector<long> counts(searched + 1, 0);
+            std::vector<std::function<void()>> jobs;
+            for (size_t k = 0; k < searched; ++k)
+                jobs.push_back([&, k] {
+                    const Candidate* closest = nullptr;
+                    for (const Candidate& c : levels[k].seeds)
+                        if (obj.violation(c.outcome) > 0 && (!closest || obj.better(c.outcome, closest->outcome))) closest = &c;
+                    for (const Candidate& c : levels[k].seeds)
+                        if ((&c == closest || obj.violation(c.outcome) == 0) && obj.value(c.outcome) <= promising) found[k].push_back(search(levels[k], c, counts[k]));
+                });
+            Placed e;  // joint: energy's plan, to put the optimal precision policy over
+            if (joint)
+                jobs.push_back([&] {
+                    Strategy energy = s;
+                    energy.kind = Strategy::Kind::Energy;
+                    e = place(tg, sys, energy);
+                    counts.back() = e.evaluations;
+                });
+            side_by_side(jobs);
+            for (size_t k = 0; k < searched; ++k)
+                for (Candidate& c : found[k]) consider(std::move(c));
+            evaluations += std::accumulate(counts.begin(), counts.end(), 0L);
+            if (joint)  // placement, then precision; searched on from where it holds the bound as promising as the seeds
+                for (Level& l : levels)
+                    if (l.pp->settings() == e.settings) {
+                        Candidate c;
+                        c.placement = amp_over(*l.pp, e.placement, AmpPolicy::Optimal);
+                        c.outcome = l.pp->evaluate(c.placement);
+                        ++evaluations;
+                        c.chosen = "energy + amp optimal";
+                        c.settings = e.settings;
+                        if (obj.violation(c.outcome) == 0 && obj.value(c.outcome) <= promising) consider(search(l, c, evaluations));
+                        consider(std::move(c));
                     }
-            }
         }
         for (Candidate& b : baselines) consider(b);
     }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <sstream>
 
 #include "graph/cost.hpp"
@@ -96,7 +99,8 @@ struct DeviceModel::FpgaCache {
     // the work's and the setting's numbers exactly (a text key rounds them to six digits: two shapes
     // that print alike would share a kernel)
     using Key = std::array<double, 22>;
-    std::map<Key, TunedKernel> tuned;
+    std::map<Key, TunedKernel> tuned;  // its nodes stay put: references handed out stay valid
+    std::shared_mutex mutex;           // planners cost nodes on several threads
 };
 
 namespace {
@@ -106,10 +110,14 @@ const TunedKernel& tuned_kernel(const FpgaWork& w, const DeviceModel& d, double 
     const DeviceModel::FpgaCache::Key key{double(w.kernel), double(w.dtype), w.element_bytes, w.m, w.n, w.k, w.groups, w.a_bytes, w.b_bytes, w.c_bytes,
                                           w.elements, w.flops_per_element, w.passes, w.bytes, w.flops, f, limit, double(design.pe_rows), double(design.pe_cols),
                                           double(design.vec), double(design.stream_vec), double(design.double_buffer)};
-    auto& cache = d.fpga_cache().tuned;
-    auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, fpga_tune(w, d.spec(), f, limit, design)).first;
-    return it->second;
+    DeviceModel::FpgaCache& cache = d.fpga_cache();
+    {
+        const std::shared_lock<std::shared_mutex> lock(cache.mutex);
+        if (const auto it = cache.tuned.find(key); it != cache.tuned.end()) return it->second;
+    }
+    TunedKernel k = fpga_tune(w, d.spec(), f, limit, design);  // outside the lock: another thread's equal kernel may land first
+    const std::unique_lock<std::shared_mutex> lock(cache.mutex);
+    return cache.tuned.emplace(key, std::move(k)).first->second;
 }
 
 struct FpgaNode {
