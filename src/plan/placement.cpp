@@ -93,6 +93,10 @@ PlacementProblem::PlacementProblem(const TrainGraph& tg, const SystemModel& sys,
         }
         for (TensorId t : n.outputs) tensors_[size_t(t)].last_use = std::max(tensors_[size_t(t)].last_use, int(i));
     }
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+        const TensorInfo& x = tensors_[t];
+        if (x.producer < 0 || x.persistent || (x.first_reader >= 0 && x.first_reader < x.producer)) settled_.push_back(int(t));
+    }
     atom_of_.assign(N, -1);
     std::map<int, int> atom_of_root;
     for (size_t i = 0; i < N; ++i) {
@@ -172,34 +176,48 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
     };
     thread_local struct Scratch {
         std::vector<double> device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, left;
-        std::vector<int> home, origin, cast_of;  // per tensor: its device, the graph tensor it holds; per (tensor, dtype): its cast
+        std::vector<int> home, cast_origin, cast_of;  // per tensor: its device; per cast: the graph tensor it holds; per (tensor, dtype): its cast
         std::vector<DType> storage;
         std::vector<const predict::TunedKernel*> last_kernel;
         std::vector<int> frees, inputs;  // per node: the first of the (device, bytes) freed after it, chained in `pool`
         std::vector<Free> pool;
+        std::vector<char> f16;  // per device: it computes in f16 (and pays loss scaling)
+        // copy_ready (per (tensor, device): when its transfer lands) and cast_of hold this call's values
+        // where their stamp is this call's: nothing to reset per call
+        std::vector<unsigned long> copy_stamp, cast_stamp;
+        unsigned long call = 0;
     } x;
-    x.device_free.assign(D, 0), x.ready.assign(T, 0), x.bytes.resize(T), x.link_free.assign(D * D, 0);
-    x.copy_ready.assign(T * D, -1);  // (tensor, device): when its transfer lands
-    x.home.resize(T), x.origin.resize(T), x.storage.resize(T), x.cast_of.assign(T * 3, -1);
-    x.last_kernel.assign(D, nullptr);
+    // a tensor's device, dtype, size and ready time are set once its producer has run (the graph's order:
+    // nothing reads a tensor before); those nothing produces, and persistent ones, here
+    x.device_free.assign(D, 0), x.ready.resize(T), x.bytes.resize(T), x.link_free.assign(D * D, 0);
+    x.home.resize(T), x.storage.resize(T), x.cast_origin.clear();
+    if (x.copy_stamp.size() < T * D) x.copy_stamp.resize(T * D, 0), x.copy_ready.resize(T * D);
+    if (x.cast_stamp.size() < T * 3) x.cast_stamp.resize(T * 3, 0), x.cast_of.resize(T * 3);
+    const unsigned long call = ++x.call;
+    x.last_kernel.assign(D, nullptr), x.f16.assign(D, 0);
     // memory: persistent tensors at home; transient ones (and copies, casts) live from production to last use
     x.live.assign(D, 0), x.peak.assign(D, 0), x.persistent.assign(D, 0);
     x.frees.assign(N, -1), x.pool.clear();
-    auto& [device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, left, home, origin, cast_of, storage, last_kernel, frees, inputs, pool] = x;
+    auto& [device_free, ready, bytes, link_free, copy_ready, live, peak, persistent, left, home, cast_origin, cast_of, storage, last_kernel, frees, inputs, pool, f16,
+           copy_stamp, cast_stamp, calls] = x;
     auto allocate = [&](int d, double b, int last) {
         live[size_t(d)] += b;
         peak[size_t(d)] = std::max(peak[size_t(d)], live[size_t(d)]);
         pool.push_back({d, frees[size_t(last)], b});
         frees[size_t(last)] = int(pool.size()) - 1;
     };
-    for (size_t t = 0; t < T; ++t) {
+    auto settle = [&](size_t t) {
         const TensorInfo& info = tensors_[t];
         const int n = info.producer >= 0 ? info.producer : info.inplace_writer >= 0 ? info.inplace_writer : info.first_reader;
-        home[t] = n >= 0 ? device(n) : sys.host, origin[t] = int(t);
+        home[t] = n >= 0 ? device(n) : sys.host;
         // stored in its producer's dtype (plan/passes' insert_casts)
         storage[t] = info.producer < 0 || !is_float(info.dtype) ? info.dtype : info.f32_output ? DType::F32 : dtype(size_t(info.producer), p[size_t(info.producer)]);
         bytes[t] = info.elements * double(dtype_size(storage[t]));
-        if (info.persistent) persistent[size_t(home[t])] += bytes[t];
+    };
+    for (const int t : settled_) {
+        settle(size_t(t));
+        ready[size_t(t)] = 0;
+        if (tensors_[size_t(t)].persistent) persistent[size_t(home[size_t(t)])] += bytes[size_t(t)];
     }
     // a node's start on device d after the previous one there and, on an FPGA, a switch to its kernel
     auto start_on = [&](int d, double ready_at, const predict::TunedKernel* k) {
@@ -242,15 +260,16 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
         }
     auto arrive = [&](int t, int d, int i) {
         if (home[size_t(t)] == d) return ready[size_t(t)];
-        double& landed = copy_ready[size_t(t) * D + size_t(d)];
-        if (landed < 0) {
+        const size_t k = size_t(t) * D + size_t(d);
+        if (copy_stamp[k] != call) {
             const double at = on_links(bytes[size_t(t)], home[size_t(t)], d, ready[size_t(t)]);
-            landed = at;
+            copy_ready[k] = at, copy_stamp[k] = call;
             o.seconds = std::max(o.seconds, at);
             ++o.transfers;
-            allocate(d, bytes[size_t(t)], std::max(tensors_[size_t(origin[size_t(t)])].last_use, i));
+            const int origin = size_t(t) < T ? t : cast_origin[size_t(t) - T];
+            allocate(d, bytes[size_t(t)], std::max(tensors_[size_t(origin)].last_use, i));
         }
-        return landed;
+        return copy_ready[k];
     };
     // a cutoff's bounds: each device's seconds of nodes still to run there, their dynamic joules, idle watts
     const bool bounded = std::isfinite(cut.seconds) || std::isfinite(cut.joules);
@@ -263,12 +282,11 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
         }
         for (size_t d = 0; d < D; ++d) idle_watts += sys.devices[d].idle_w();
     }
-    std::vector<bool> f16(D, false);  // devices computing in f16: they pay loss scaling
     for (size_t i = 0; i < N; ++i) {
         const SimNode& n = sim_nodes_[i];
         const int d = device(int(i));
         const DType compute = dtype(i, p[i]);
-        f16[size_t(d)] = f16[size_t(d)] || compute == DType::F16;
+        f16[size_t(d)] |= compute == DType::F16;
         // the casts its inputs need (one per (tensor, dtype), on the device of its first consumer), then
         // its inputs' transfers, as the lowered graph orders them
         inputs.assign(io_.begin() + n.inputs, io_.begin() + n.outputs);
@@ -276,18 +294,18 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
             const int t = inputs[k];
             const DType have = storage[size_t(t)], want = has_bit(n.f32_inputs, k) ? DType::F32 : compute;
             if (!is_float(have) || have == want) continue;
-            int& v = cast_of[size_t(t) * 3 + size_t(want)];
-            if (v < 0) {
+            const size_t slot = size_t(t) * 3 + size_t(want);
+            if (cast_stamp[slot] != call) {
                 const CastCost& c = cast(size_t(t), have, want, d);
-                v = int(ready.size());
+                cast_of[slot] = int(ready.size()), cast_stamp[slot] = call;
                 const double end = run(d, start_on(d, arrive(t, d, int(i)), c.kernel), c.cost.seconds, c.cost.joules);
-                ready.push_back(end), home.push_back(d), origin.push_back(t), storage.push_back(want);
+                ready.push_back(end), home.push_back(d), cast_origin.push_back(t), storage.push_back(want);
                 bytes.push_back(tensors_[size_t(t)].elements * double(dtype_size(want)));
-                copy_ready.resize(copy_ready.size() + D, -1);
+                if (copy_stamp.size() < ready.size() * D) copy_stamp.resize(ready.size() * D, 0), copy_ready.resize(ready.size() * D);
                 o.cast_seconds += c.cost.seconds, ++o.casts;
                 allocate(d, bytes.back(), std::max(tensors_[size_t(t)].last_use, int(i)));
             }
-            inputs[k] = v;
+            inputs[k] = cast_of[slot];
         }
         double inputs_ready = 0;
         for (const int t : inputs) inputs_ready = std::max(inputs_ready, arrive(t, d, int(i)));
@@ -295,6 +313,7 @@ PlacementProblem::Outcome PlacementProblem::evaluate(const Placement& p, Cutoff 
         const double end = run(d, start_on(d, inputs_ready, c.kernel), c.seconds, c.joules);
         for (int k = n.outputs; k < n.end; ++k) {
             const int t = io_[size_t(k)];
+            settle(size_t(t));
             ready[size_t(t)] = end;
             if (!tensors_[size_t(t)].persistent) allocate(d, bytes[size_t(t)], tensors_[size_t(t)].last_use);
         }

@@ -173,6 +173,7 @@ private:
     };
     std::vector<TensorInfo> tensors_;
     std::vector<int> batch_;  // the tensors each step's batch fills (inputs, labels): they come from the host
+    std::vector<int> settled_;  // those evaluate() places before the first node: no producer, persistent, or read before produced
     std::vector<std::vector<std::pair<int, const hw::LinkSpec*>>> routes_;  // per (from x D + to): (link slot, link)
 };
 
