@@ -339,7 +339,8 @@ TEST(Placement, JointChoosesDeviceAndPrecisionTogetherAndBeatsPlacementThenPreci
 
 TEST(Placement, TheSearchOnSeveralThreadsIsTheSequentialOne) {
     // the local search simulates moves in parallel batches and drops a batch's rest after a move is
-    // taken: the plan must not depend on the number of threads
+    // taken, and the settings are built and searched side by side: the plan must not depend on the
+    // number of threads
     const TrainGraph tg = test::zoo_train_graph("resnet18", 8, 32);
     const int threads = omp_get_max_threads();
     for (const char* s : {"energy", "powercap:200", "joint"}) {
@@ -352,6 +353,21 @@ TEST(Placement, TheSearchOnSeveralThreadsIsTheSequentialOne) {
         EXPECT_EQ(one.outcome.seconds, four.outcome.seconds) << s;
         EXPECT_EQ(one.outcome.joules(), four.outcome.joules()) << s;
         EXPECT_GE(four.evaluations, one.evaluations) << s;  // the dropped rests of batches
+    }
+}
+
+TEST(Placement, AnErrorOnTheThreadsReachesTheCaller) {
+    // the settings' problems are built as tasks on the threads: what one throws comes out of place()
+    TrainGraph tg = test::zoo_train_graph("lenet5", 4);
+    const TensorId x = tg.graph.node(NodeId(0)).outputs.front();
+    tg.graph.add1(OpKind::Cast, CastAttrs{DType::BF16}, {x}, "a cast a pass would insert");
+    for (const char* s : {"energy", "powercap:200", "joint"}) {
+        try {
+            place(tg, system("cpu+v100+s10"), parse_strategy(s));
+            ADD_FAILURE() << s << ": no error";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("before any pass"), std::string::npos) << s << ": " << e.what();
+        }
     }
 }
 
