@@ -13,8 +13,11 @@
 #include <iterator>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
+
+#include "test_util.hpp"
 
 namespace {
 
@@ -123,6 +126,74 @@ TEST(Cli, TrainEnergyReportsPerLayerEnergy) {
     if (!rapl) {
         EXPECT_EQ(e["kind"], "modelled");
     }
+}
+
+TEST(Cli, TrainWritesAChromeTraceOfEveryTimedStep) {
+    const std::string trace = temp_path("train.trace.json");
+    const auto j = run_json("train --net lenet5 --dataset synthetic --steps 4 --warmup 1 --threads 1 --energy --meter modelled --idle-seconds 0 --json --trace " +
+                            trace + kSpec);
+    EXPECT_EQ(j["trace"], trace);
+    int64_t nodes = 0;
+    for (const auto& d : j["devices"]) nodes += d["nodes"].get<int64_t>();
+    std::ifstream f(trace);
+    const auto t = nlohmann::json::parse(f);
+    // the 3 timed steps: an event per node of the run's graph, and one for the step
+    EXPECT_EQ(joule::test::expect_trace_event_format(t), size_t(3 * (nodes + 1)));
+    std::set<std::string> phases;
+    size_t counters = 0;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] == "X") phases.insert(e["cat"].get<std::string>());
+        if (e["ph"] == "X" && e["cat"] != "step") {
+            for (const char* a : {"op", "dtype", "shapes", "flops", "bytes", "timing", "joules above idle"}) EXPECT_TRUE(e["args"].contains(a)) << a << " in " << e;
+        }
+        if (e["ph"] == "C") {
+            ++counters;
+            EXPECT_EQ(e["name"], "power W (modelled, cpu)");
+        }
+    }
+    EXPECT_EQ(phases, (std::set<std::string>{"forward", "loss", "backward", "update", "step"}));
+    EXPECT_GE(counters, size_t(3 * 2));
+    EXPECT_NE(t["otherData"]["power"].get<std::string>().find("modelled from"), std::string::npos) << t["otherData"];
+    // without --energy: the spans alone
+    const Result r = run("train --net lenet5 --dataset synthetic --steps 3 --threads 1 --quiet --trace " + trace);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("wrote 2 timed steps' node spans to " + trace), std::string::npos) << r.out;
+    std::ifstream g(trace);
+    const auto u = nlohmann::json::parse(g);
+    joule::test::expect_trace_event_format(u);
+    EXPECT_NE(u["otherData"]["power"].get<std::string>().find("not recorded"), std::string::npos);
+    expect_failure("train --net lenet5 --dataset synthetic --steps 2 --trace /nonexistent/dir/t.json", "--trace /nonexistent/dir/t.json: cannot write the trace file");
+}
+
+TEST(Cli, ProfileTracesTheConfigurationsItRuns) {
+    const std::string db = temp_path("t.db"), trace = temp_path("profile.trace.json");
+    Result r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled --trace " + trace + kSpec);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("wrote 2 configuration(s)' node spans and power to " + trace), std::string::npos) << r.out;
+    size_t nodes = 0;  // both configurations: an event per node per measured step, and one per step
+    const auto report = run_json("profile --db " + db + " --report --json");
+    for (const auto& c : report["configs"]) nodes += c["nodes"].size();
+    std::ifstream f(trace);
+    const auto t = nlohmann::json::parse(f);
+    EXPECT_EQ(joule::test::expect_trace_event_format(t), 2 * nodes + 2 * 2);
+    std::set<std::string> tracks, counters;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] == "M" && e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+        if (e["ph"] == "C") counters.insert(e["name"].get<std::string>());
+    }
+    EXPECT_EQ(tracks, (std::set<std::string>{"lenet5 batch 4 f32 1 threads: cpu", "lenet5 batch 4 f32 1 threads: steps", "lenet5 batch 8 f32 1 threads: cpu",
+                                             "lenet5 batch 8 f32 1 threads: steps"}));
+    EXPECT_EQ(counters, (std::set<std::string>{"lenet5 batch 4 f32 1 threads: power W (modelled, cpu)", "lenet5 batch 8 f32 1 threads: power W (modelled, cpu)"}));
+    // configurations already in the database are not run again, so not traced: the trace says so
+    r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled --trace " + trace + kSpec);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("wrote 0 configuration(s)"), std::string::npos) << r.out;
+    std::ifstream g(trace);
+    EXPECT_NE(nlohmann::json::parse(g)["otherData"]["configurations"].get<std::string>().find("2 already in the database"), std::string::npos);
+    expect_failure("profile --db " + db + " --report --trace " + trace, "--report excludes --trace");
+    const std::string fresh = temp_path("never.db");
+    expect_failure("profile --db " + fresh + " --trace /nonexistent/dir/t.json", "--trace /nonexistent/dir/t.json: cannot write the trace file");
+    EXPECT_NE(access(fresh.c_str(), F_OK), 0) << "a bad --trace creates no database";
 }
 
 TEST(Cli, ProfileSweepsStoresAndReports) {
@@ -371,9 +442,7 @@ TEST(Cli, PlanComparesStrategiesAndWritesPlansAndTraces) {
     std::ifstream tf(trace);
     const auto tj = nlohmann::json::parse(tf);
     EXPECT_EQ(tj["otherData"]["timing"], "modelled");
-    size_t complete = 0;
-    for (const auto& e : tj["traceEvents"]) complete += e["ph"] == "X";
-    EXPECT_GT(complete, 30u) << "an event per node";
+    EXPECT_GT(joule::test::expect_trace_event_format(tj), 30u) << "an event per node";
     EXPECT_EQ(run("inspect lenet5 --batch 8 --optimizer sgd --plan " + plan).code, 0) << "the plan lowers";
     r = run("plan --net lenet5 --batch 8 --system cpu+v100+s10 --strategy powercap:150");
     ASSERT_EQ(r.code, 0) << r.out;

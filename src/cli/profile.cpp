@@ -1,5 +1,7 @@
 // `joule profile`: sweeps (net x batch x dtype x threads) measuring time and energy per node into a
-// SQLite database, and reports derived metrics from it (--report, --csv, --json).
+// SQLite database, and reports derived metrics from it (--report, --csv, --json); --trace writes the
+// configurations it runs as a Chrome trace.
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "profile/calibrate.hpp"
 #include "profile/report.hpp"
 #include "profile/sweep.hpp"
+#include "report/run_trace.hpp"
 #include "report/table.hpp"
 
 namespace joule::cli {
@@ -19,7 +22,8 @@ namespace joule::cli {
 namespace {
 
 struct ProfileFlags {
-    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", scope = "gemm", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv, device;
+    std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", scope = "gemm", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv, device,
+                trace;
     int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
     double idle_seconds = 0.5, sample_ms = 10;
     bool report = false, json = false, force = false, oversubscribe = false;
@@ -150,6 +154,8 @@ void add_profile(CLI::App& app) {
     cmd->add_flag("--report", f->report, "only report what the database holds (no sweep)");
     cmd->add_option("--csv", f->csv, "write the report as CSV to this file ('-': stdout)");
     cmd->add_flag("--json", f->json, "report as JSON on stdout (with every node)");
+    cmd->add_option("--trace", f->trace, "write the configurations it runs, every measured step's node spans and power, as a Chrome trace (Perfetto, chrome://tracing)")
+        ->excludes("--report");
     cmd->add_option("--device", f->device, "also model each configuration on this data/hw device (name, alias or path; joule devices lists them)");
     cmd->callback([f, cmd] {
         std::optional<predict::DeviceModel> there_device;  // checked before a sweep runs
@@ -175,20 +181,45 @@ void add_profile(CLI::App& app) {
             o.meter = f->meter, o.device_spec = f->device_spec, o.force = f->force;
             o.energy.idle_seconds = f->idle_seconds;
             o.energy.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
+            std::ofstream trace_file;  // opened first: a path that cannot be written fails before the sweep
+            if (!f->trace.empty()) {
+                trace_file.open(f->trace);
+                if (!trace_file) throw Error("--trace " + f->trace + ": cannot write the trace file");
+            }
             store = std::make_unique<profile::Store>(f->db);  // after the flags are checked: a bad flag creates no file
             std::ostream& log = f->json || f->csv == "-" ? std::cerr : std::cout;
             std::string last_message;
+            Trace trace{"joule profile (measured runs)", {}, {}, {}, {}};
+            double origin = NAN;  // the first configuration's first span: every configuration on one time line
+            int traced = 0, skipped = 0;
             profile::run_sweep(*store, o, [&](const profile::SweepEvent& e) {
                 const std::string what = e.key.net + " batch " + std::to_string(e.key.batch) + " " + e.key.dtype + " " + std::to_string(e.key.threads) + " threads";
                 if (e.skipped) {
                     log << what << ": already in " << f->db << " (skipped; --force re-runs it)\n";
+                    ++skipped;
                     return;
+                }
+                if (!f->trace.empty()) {
+                    if (std::isnan(origin)) origin = first_span(*e.spans);
+                    const std::vector<TracedNode> nodes = traced_nodes(*e.graph);
+                    add_run(trace, {what, e.devices, &nodes, e.spans, e.energy}, origin);
+                    ++traced;
                 }
                 if (e.meter_message != last_message) log << e.meter_message << '\n';
                 last_message = e.meter_message;
                 log << what << ": " << fixed(e.record->step_s * 1e3, 2) << " ms/step (measured), " << fixed(e.record->total_j * 1e3, 2) << " mJ/step ("
                     << e.key.meter_kind << ")\n";
             });
+            if (!f->trace.empty()) {
+                trace.metadata = {{"timing", "measured (wall clock)"},
+                                  {"power", "each configuration's meter, as its counter track says (measured or modelled)"},
+                                  {"configurations", std::to_string(traced) + " run" +
+                                                         (skipped ? ", " + std::to_string(skipped) + " already in the database not re-run (--force re-runs them)" : "")},
+                                  {"steps", std::to_string(o.iters) + " measured steps per configuration (after " + std::to_string(o.warmup) + " warm-up)"}};
+                write_chrome_trace(trace_file, trace);
+                log << "wrote " << traced << " configuration(s)' node spans and power to " << f->trace << " (open it in https://ui.perfetto.dev or chrome://tracing)"
+                    << (skipped ? "; " + std::to_string(skipped) + " already in the database are not in it (--force re-runs them)" : "") << "\n";
+            }
             if (o.nets.size() == 1) filter = o.nets.front();
         } else {
             store = std::make_unique<profile::Store>(f->db, profile::Store::Mode::ReadOnly);

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
+#include "report/run_trace.hpp"
 #include "report/table.hpp"
 #include "energy/meter.hpp"
 #include "plan/placement.hpp"
@@ -29,7 +31,7 @@ struct TrainFlags {
     bool json = false, quiet = false, oversubscribe = false;
     std::string plan, amp, system, strategy;
     bool energy = false;
-    std::string meter = "auto", device_spec;
+    std::string meter = "auto", device_spec, trace;
     double idle_seconds = 0.5, sample_ms = 10;
 };
 
@@ -198,9 +200,15 @@ void add_train(CLI::App& app) {
         ->needs(energy);
     cmd->add_option("--eval-samples", f->eval_samples, "evaluate test accuracy on at most the first N test images (0: no evaluation; default: all)")
         ->check(number_in(0));
+    cmd->add_option("--trace", f->trace, "write every timed step's node spans (and, with --energy, power) as a Chrome trace (Perfetto, chrome://tracing)");
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
     cmd->add_flag("--quiet", f->quiet, "no progress bars");
     cmd->callback([f] {
+        std::ofstream trace_file;  // opened first: a path that cannot be written fails before training
+        if (!f->trace.empty()) {
+            trace_file.open(f->trace);
+            if (!trace_file) throw Error("--trace " + f->trace + ": cannot write the trace file");
+        }
         TrainOptions o;
         o.net = f->net.net;
         o.dataset = f->dataset;
@@ -224,6 +232,7 @@ void add_train(CLI::App& app) {
         o.device_spec = f->device_spec;
         o.energy_options.idle_seconds = f->idle_seconds;
         o.energy_options.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
+        o.trace = !f->trace.empty();
         std::ostream* meter_out = f->json ? &std::cerr : &std::cout;
         o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };        if (f->net.optimizer == "sgd")
             o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, f->weight_decay);
@@ -271,6 +280,7 @@ void add_train(CLI::App& app) {
             if (*open_line) std::fputc('\n', stderr);  // the error starts on its own line
             throw;
         }
+        if (o.trace) write_chrome_trace(trace_file, train_trace(r));
         if (f->json) {
             nlohmann::json j = {{"schema", "joule.train/1"}, {"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
                                 {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},
@@ -283,6 +293,7 @@ void add_train(CLI::App& app) {
             for (const EpochResult& e : r.epochs)
                 j["epochs"].push_back({{"loss", e.loss}, {"seconds", e.seconds}, {"images_per_second", e.images_per_s}, {"steps", e.steps}});
             if (r.test_accuracy >= 0) j["test_accuracy"] = r.test_accuracy, j["test_samples"] = r.test_samples;
+            if (o.trace) j["trace"] = f->trace;
             for (const LayerTime& l : r.layers) {
                 nlohmann::json row = {{"name", l.name}, {"op", l.kind}, {"forward_seconds", l.forward_s}, {"backward_seconds", l.backward_s},
                                       {"update_seconds", l.update_s}, {"flops", l.flops}, {"timing", l.modelled ? "measured and modelled" : "measured"}};
@@ -323,6 +334,9 @@ void add_train(CLI::App& app) {
         if (*placed) print_prediction(**placed, *sys, r);
         print_layers(r, f->top);
         if (r.energy) print_energy(r, f->top);
+        if (o.trace)
+            std::cout << "wrote " << r.traced_steps.size() << " timed steps' node spans" << (r.energy ? " and power" : "") << " to " << f->trace
+                      << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
     });
 }
 

@@ -168,4 +168,12 @@ int64_t Graph::parameter_count() const {
     return n;
 }
 
+std::string shapes_of(const Graph& g, const Node& n) {
+    std::string s;
+    for (TensorId t : n.inputs) s += (s.empty() ? "" : " ") + desc_str(g.tensor(t).desc);
+    s += " ->";
+    for (TensorId t : n.outputs) s += " " + desc_str(g.tensor(t).desc);
+    return s;
+}
+
 }  // namespace joule

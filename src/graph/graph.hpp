@@ -125,4 +125,8 @@ const A& attrs_as(const Node& n) {
     return std::get<A>(n.attrs);
 }
 
+// "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors (as
+// profiles store them and traces show them).
+std::string shapes_of(const Graph& g, const Node& n);
+
 }  // namespace joule

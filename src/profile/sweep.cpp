@@ -75,14 +75,6 @@ std::vector<int64_t> parse_int_list(const std::string& s, const std::string& fla
     return out;
 }
 
-std::string shapes_of(const Graph& g, const Node& n) {
-    std::string s;
-    for (TensorId t : n.inputs) s += (s.empty() ? "" : " ") + desc_str(g.tensor(t).desc);
-    s += " ->";
-    for (TensorId t : n.outputs) s += " " + desc_str(g.tensor(t).desc);
-    return s;
-}
-
 std::string precision_key(DType dtype, PrecisionScope scope) {
     return std::string(dtype_name(dtype)) + (dtype != DType::F32 && scope == PrecisionScope::All ? "-all" : "");
 }
@@ -201,6 +193,7 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                     ++ran;
                     ev.meter_message = meter.message;
                     ev.record = &c;
+                    ev.graph = &g, ev.devices = ex.devices(), ev.spans = &rec.spans(), ev.energy = &e;
                     if (on_event) on_event(ev);
                 }
     return ran;

@@ -39,6 +39,11 @@ struct SweepEvent {
     bool skipped = false;        // already in the store
     std::string meter_message;   // the meter line (when run)
     const ConfigRecord* record = nullptr;
+    // when run: the graph it executed, its devices, each measured step's node spans and their energy
+    const Graph* graph = nullptr;
+    std::vector<std::string> devices;
+    const std::vector<std::vector<energy::NodeSpan>>* spans = nullptr;
+    const EnergyResult* energy = nullptr;
 };
 
 // The training graph a sweep runs for one configuration (SGD with momentum, lowered under the built-in
@@ -55,9 +60,6 @@ ProfiledModel profiled_model(const std::string& net, int64_t batch, const std::s
 // matmul in bf16) or "bf16-all" (every op the cpu runs in bf16: calibrates the non-GEMM bf16 kinds).
 std::string precision_key(DType dtype, PrecisionScope scope);
 std::pair<DType, PrecisionScope> parse_precision_key(const std::string& key);
-
-// "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors, as stored.
-std::string shapes_of(const Graph& g, const Node& n);
 
 // Runs every configuration; returns how many were run (not skipped).
 int run_sweep(Store& store, const SweepOptions& o, const std::function<void(const SweepEvent&)>& on_event = {});

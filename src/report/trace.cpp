@@ -18,6 +18,7 @@ void write_chrome_trace(std::ostream& os, const Trace& t) {
         events.push_back({{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"pid", 1}, {"tid", e.track}, {"ts", e.start_seconds * 1e6}, {"dur", e.seconds * 1e6},
                           {"args", e.args}});
     }
+    for (const TraceCounter& c : t.counters) events.push_back({{"ph", "C"}, {"name", c.name}, {"pid", 1}, {"ts", c.at_seconds * 1e6}, {"args", {{"value", c.value}}}});
     const nlohmann::json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", t.metadata}};
     if (!(os << doc.dump() << '\n')) throw Error("cannot write the trace");
 }

@@ -1,6 +1,7 @@
 // Chrome trace-event timelines (the JSON that Perfetto and chrome://tracing open): one track per device
-// or stream, one complete event ("ph": "X") per node. Serves `joule plan --trace` (a simulated
-// iteration: modelled) and traces of measured runs alike; the metadata says which.
+// or stream, one complete event ("ph": "X") per node, counter tracks (power). Serves `joule plan
+// --trace` (a simulated iteration: modelled) and `joule train --trace` (a measured run) alike; the
+// metadata says which.
 //
 //   Trace t{"resnet18 on cpu+v100+s10 (modelled)", {"cpu", "cuda:v100", "fpga_emu:s10", "links"}};
 //   t.events.push_back({"conv1", "forward", 1, 0.0012, 0.0003, {{"joules", "0.04"}}});
@@ -21,10 +22,17 @@ struct TraceEvent {
     std::map<std::string, std::string> args;
 };
 
+// A counter track's value from `at_seconds` on (a step function: "ph": "C"), e.g. power in W.
+struct TraceCounter {
+    std::string name;  // the track, with its unit and whether measured or modelled
+    double at_seconds = 0, value = 0;
+};
+
 struct Trace {
     std::string process;              // the timeline's title
     std::vector<std::string> tracks;  // one row each, in this order
     std::vector<TraceEvent> events;
+    std::vector<TraceCounter> counters;
     std::map<std::string, std::string> metadata;  // "otherData": e.g. timing: modelled
 };
 

@@ -39,6 +39,7 @@ EnergyResult EnergyRecorder::finish(const Graph& g) {
         trace = sampler_->trace();
         r.samples = trace.t.size();
     }
+    r.power = trace;
     for (const auto& spans : steps_) {
         if (spans.empty()) continue;
         const energy::Attribution a = choice_.meter ? energy::attribute_measured(spans, trace, idle_w_)

@@ -40,6 +40,7 @@ struct EnergyResult {
     std::vector<std::vector<double>> step_node_joules, step_node_seconds;  // [step][node id]
     std::vector<double> step_total_joules, step_idle_joules, step_seconds;  // [step]
     size_t samples = 0;
+    energy::EnergyTrace power;  // a measured meter's samples over the run (empty when modelled)
 };
 
 class EnergyRecorder {
@@ -49,6 +50,7 @@ public:
     void step_begin();
     void step_end();
     EnergyResult finish(const Graph& g);
+    const std::vector<std::vector<energy::NodeSpan>>& spans() const { return steps_; }  // per recorded step
 
 private:
     energy::MeterChoice& choice_;

@@ -100,6 +100,16 @@ std::string diagnose_non_finite(Executor& ex, NodeId first_backward) {
 }
 }  // namespace
 
+std::vector<TracedNode> traced_nodes(const Graph& g) {
+    std::vector<TracedNode> out;
+    for (size_t n = 0; n < g.num_nodes(); ++n) {
+        const Node& x = g.node(NodeId(n));
+        const NodeCost c = node_cost(g, NodeId(n));
+        out.push_back({x.name, phase_name(x.phase), op_name(x.kind), dtype_name(x.compute), shapes_of(g, x), c.flops, c.bytes_read + c.bytes_written});
+    }
+    return out;
+}
+
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainProgress&)>& on_progress) {
     if (o.epochs < 1) throw Error("--epochs must be >= 1, got " + std::to_string(o.epochs));
     if (o.batch < 1) throw Error("--batch must be >= 1, got " + std::to_string(o.batch));
@@ -215,6 +225,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             }
             const bool record = recorder && total_steps >= warmup;
             if (record) recorder->step_begin();
+            const bool trace = o.trace && !recorder && total_steps >= warmup;  // (the recorder keeps its spans)
+            if (trace) ex.record_spans(&r.traced_steps.emplace_back());
             const auto s0 = clock::now();
             // forward and loss first: a non-finite loss stops training before the update spreads it into the parameters
             ex.run(0, tg.first_backward, {.training = true});
@@ -226,6 +238,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             ex.run(tg.first_backward, NodeId(tg.graph.num_nodes()), {.training = true});
             if (total_steps >= warmup) timed_wall += std::chrono::duration<double>(clock::now() - s0).count();
             if (record) recorder->step_end();
+            if (trace) ex.record_spans(nullptr);
             loss_sum += loss;
             ++er.steps;
             if (++total_steps == warmup) ex.reset_timing();
@@ -241,6 +254,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     }
     r.timed_steps = total_steps - warmup;
     if (recorder) r.energy = recorder->finish(tg.graph);
+    if (o.trace) {
+        if (recorder) r.traced_steps = recorder->spans();
+        r.traced_nodes = traced_nodes(tg.graph);
+    }
     r.layers = layer_times(ex, r.timed_steps, r.energy ? &*r.energy : nullptr);
     const double per_step = 1.0 / double(std::max<int64_t>(r.timed_steps, 1));
     for (const std::string& d : ex.devices()) r.devices.push_back({d});

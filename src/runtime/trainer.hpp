@@ -57,6 +57,7 @@ struct TrainOptions {
     // with progress after each batch.
     int64_t eval_samples = -1;
     std::function<void(const EvalProgress&)> on_eval_progress;
+    bool trace = false;  // keep every timed step's node spans (TrainResult::traced_steps)
 };
 
 struct TrainProgress {
@@ -77,6 +78,14 @@ struct EpochResult {
     double loss = 0, seconds = 0, images_per_s = 0;
     int64_t steps = 0;
 };
+
+// What a trace says of a node: names, shapes_of() ("f32[64, 1, 28, 28] f32[6, 1, 5, 5] f32[6] -> f32[64,
+// 6, 28, 28]") and its FLOPs and bytes read and written.
+struct TracedNode {
+    std::string name, phase, op, dtype, shapes;
+    double flops = 0, bytes = 0;
+};
+std::vector<TracedNode> traced_nodes(const Graph& g);  // per node id
 
 struct TrainResult {
     std::string net, dataset, dtype;
@@ -103,6 +112,10 @@ struct TrainResult {
     std::vector<LayerTime> layers;
     size_t buffer_bytes = 0, unshared_bytes = 0;
     std::optional<EnergyResult> energy;
+    // With TrainOptions::trace: what each node of the run's graph (casts and transfers included) is, and
+    // each timed step's node spans (steady clock; NodeSpan::device indexes `devices`)
+    std::vector<TracedNode> traced_nodes;
+    std::vector<std::vector<energy::NodeSpan>> traced_steps;
 };
 
 TrainResult train(const TrainOptions& opts, const std::function<void(const TrainProgress&)>& on_progress = {});
