@@ -196,6 +196,40 @@ TEST(Cli, ProfileTracesTheConfigurationsItRuns) {
     EXPECT_NE(access(fresh.c_str(), F_OK), 0) << "a bad --trace creates no database";
 }
 
+TEST(Cli, ReportDrawsAProfileDatabaseAndATrainRun) {
+    const std::string db = temp_path("r.db"), page = temp_path("r.html"), run_json_file = temp_path("run.json");
+    ASSERT_EQ(run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled" + std::string(kSpec)).code, 0);
+    Result r = run("report --db " + db + " --out " + page);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("1 section(s), 8 figure(s)"), std::string::npos) << r.out;
+    auto read = [](const std::string& path) {
+        std::ifstream in(path);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    std::string html = read(page);
+    EXPECT_NE(html.find("<!DOCTYPE html>"), std::string::npos);
+    EXPECT_NE(html.find("throughput (measured)"), std::string::npos);
+    EXPECT_NE(html.find("energy per image (modelled)"), std::string::npos);
+    std::ofstream(run_json_file) << run_json("train --net lenet5 --dataset synthetic --steps 3 --threads 1 --quiet --energy --meter modelled --idle-seconds 0 --json" +
+                                             std::string(kSpec));
+    r = run("report --train " + run_json_file + " --out " + page);
+    ASSERT_EQ(r.code, 0) << r.out;
+    html = read(page);
+    EXPECT_NE(html.find("time per layer (measured)"), std::string::npos);
+    EXPECT_NE(html.find("energy per layer (modelled)"), std::string::npos);
+    // bad inputs
+    expect_failure("report --out " + page, "joule report takes --db FILE or --train FILE");
+    expect_failure("report --db " + db + " --train " + run_json_file, "excludes");
+    expect_failure("report --db " + temp_path("missing.db"), "no such profile database");
+    expect_failure("report --db " + run_json_file, run_json_file);
+    expect_failure("report --train " + db, "not JSON");
+    expect_failure("report --train " + temp_path("missing.json"), "cannot read the file");
+    const std::string other = temp_path("other.json");
+    std::ofstream(other) << "{\"schema\": \"joule.profile/1\"}";
+    expect_failure("report --train " + other, "not the output of joule train --json");
+    expect_failure("report --db " + db + " --out /nonexistent/dir/r.html", "--out /nonexistent/dir/r.html: cannot write the report");
+}
+
 TEST(Cli, ProfileSweepsStoresAndReports) {
     const std::string db = temp_path("p.db"), csv = temp_path("p.csv");
     Result r = run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled" + std::string(kSpec));

@@ -1,9 +1,17 @@
-// report/: the Chrome trace writer and the trace of a measured training run.
+// report/: the Chrome trace writer, the trace of a measured training run, SVG figures and HTML reports.
 #include <gtest/gtest.h>
 
 #include <sstream>
 
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "profile/store.hpp"
+#include "report/html_report.hpp"
 #include "report/run_trace.hpp"
+#include "report/svg.hpp"
 #include "report/trace.hpp"
 #include "test_util.hpp"
 
@@ -135,6 +143,125 @@ TEST(TrainTrace, PowerIsTheMetersReadingsOrEachNodesModel) {
         EXPECT_NEAR(readings[i].second, want[i].second, 1e-9);
     }
     EXPECT_NE(j["otherData"]["power"].get<std::string>().find("measured by rapl-powercap"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace joule
+
+namespace joule {
+namespace {
+
+size_t count(const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+}
+
+TEST(Svg, LinePlotsMarkEveryPointAndSayWhatIsModelled) {
+    LinePlot p{"energy per image", "batch size (images)", "mJ per image", "measured and modelled", {}, true};
+    p.series.push_back({"f32", {8, 16, 32}, {3, 2, 1.5}});
+    p.series.push_back({"bf16 <model>", {8, 32}, {2, 1}, true});
+    p.mark_x = 20, p.mark_label = "knee";
+    const std::string s = svg(p);
+    EXPECT_EQ(count(s, "class=\"point\""), 5u);
+    EXPECT_EQ(count(s, "<polyline"), 2u);
+    EXPECT_NE(s.find("stroke-dasharray=\"6,3\""), std::string::npos) << "the modelled series dashed";
+    EXPECT_NE(s.find("bf16 &lt;model&gt; (modelled)"), std::string::npos) << "escaped, and said in the legend";
+    EXPECT_NE(s.find("energy per image (measured and modelled)"), std::string::npos);
+    EXPECT_NE(s.find("batch size (images) (log scale)"), std::string::npos);
+    EXPECT_NE(s.find("mJ per image"), std::string::npos);
+    EXPECT_NE(s.find("class=\"mark\""), std::string::npos);
+    EXPECT_NE(svg(LinePlot{"empty", "x", "y", "measured", {}}).find("no data"), std::string::npos);
+    p.series[0].y.pop_back();
+    test::expect_error([&] { svg(p); }, "differ in length");
+    p.series[0].y.push_back(NAN);
+    test::expect_error([&] { svg(p); }, "non-finite");
+    p.series[0].y.back() = 1, p.series[0].x[0] = 0;
+    test::expect_error([&] { svg(p); }, "logarithmic");
+}
+
+TEST(Svg, BarChartsStackTheirPartsAndPaleTheModelledRows) {
+    BarChart c{"time per layer", "ms per step", "measured and modelled", {"conv1", "fc1", "idle"}, {"forward", "backward"}, {{1, 2}, {0.5, 0}, {0, 0}}, {false, true, false}};
+    const std::string s = svg(c);
+    EXPECT_EQ(count(s, "<rect class=\"bar"), 3u) << "a rect per non-zero part";
+    EXPECT_EQ(count(s, "<rect class=\"bar modelled\""), 1u);
+    EXPECT_NE(s.find("pale, dashed: modelled"), std::string::npos);
+    EXPECT_NE(s.find("ms per step"), std::string::npos);
+    c.values[0][1] = -1;
+    test::expect_error([&] { svg(c); }, "negative");
+    c.values[0].pop_back();
+    test::expect_error([&] { svg(c); }, "one per stack");
+    EXPECT_NE(svg(BarChart{"none", "ms", "measured", {}, {"a"}, {}, {}}).find("no data"), std::string::npos);
+    EXPECT_EQ(escape_xml("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
+}
+
+std::string temp_file(const std::string& name) {
+    const std::string path = ::testing::TempDir() + "joule_report_" + std::to_string(::getpid()) + "_" + name;
+    std::remove(path.c_str());
+    return path;
+}
+
+std::string html(const HtmlReport& r) {
+    std::ostringstream os;
+    write_html(os, r);
+    return os.str();
+}
+
+TEST(HtmlReport, FromAProfileDatabase) {
+    const std::string path = temp_file("p.db");
+    {
+        profile::Store db(path);
+        for (int64_t batch : {4, 8, 16})
+            for (const char* dtype : {"f32", "bf16"}) {
+                profile::ConfigRecord c;
+                c.key = {"lenet5", "cpu", dtype, "modelled", batch, 2};
+                c.meter = "modelled (cpu.yaml)", c.iters = 2, c.step_s = 0.001 * double(batch), c.total_j = 0.01 * double(batch), c.idle_j = 0.004 * double(batch);
+                c.ops_j = c.total_j - c.idle_j, c.flops = 1e7 * double(batch);
+                profile::NodeRecord conv{"conv1", "Conv2d", "conv", "forward", "f32[4] -> f32[4]", 2, 0.0005, 0, 0.002, 0, 4, 1e6, 1e5, "cpu", dtype};
+                profile::NodeRecord upd{"conv1.weight.sgd", "SgdUpdate", "other", "update", "f32[4] -> f32[4]", 2, 0.0001, 0, 0.0001, 0, 1, 1e3, 1e3, "cpu", dtype};
+                db.put(c, {conv, upd});
+            }
+    }
+    const profile::Store db(path, profile::Store::Mode::ReadOnly);
+    const HtmlReport r = profile_report(db);
+    ASSERT_EQ(r.sections.size(), 1u);
+    EXPECT_EQ(r.sections[0].heading, "lenet5");
+    ASSERT_EQ(r.sections[0].figures.size(), 8u);
+    const std::string page = html(r);
+    EXPECT_EQ(count(page, "class=\"point\""), 4u * 6) << "4 plots against batch, 2 lines of 3 points";
+    EXPECT_EQ(count(page, "<svg"), 8u);
+    EXPECT_NE(page.find("energy efficiency (modelled)"), std::string::npos);
+    EXPECT_NE(page.find("throughput (measured)"), std::string::npos);
+    EXPECT_EQ(count(page, "<rect class=\"bar modelled\""), 6u * 2 + 2) << "energy per layer type: 6 configurations of conv and other; per layer: 2 nodes";
+    EXPECT_EQ(page.find("http"), page.find("http://www.w3.org/2000/svg")) << "nothing to fetch: the one URL is the SVG namespace";
+    // an empty database says so
+    const std::string empty = temp_file("e.db");
+    { profile::Store created(empty); }
+    const HtmlReport none = profile_report(profile::Store(empty, profile::Store::Mode::ReadOnly));
+    ASSERT_EQ(none.sections.size(), 1u);
+    EXPECT_TRUE(none.sections[0].figures.empty());
+    EXPECT_NE(html(none).find("holds no configurations"), std::string::npos);
+}
+
+TEST(HtmlReport, FromATrainRunsJson) {
+    nlohmann::json j = {{"schema", "joule.train/1"}, {"net", "lenet5"}, {"batch", 8}, {"timing", "measured and modelled"}, {"step_seconds", 0.002}};
+    j["layers"] = {{{"name", "conv1"}, {"op", "Conv2d"}, {"forward_seconds", 0.001}, {"backward_seconds", 0.002}, {"update_seconds", 0.0}, {"timing", "measured"},
+                    {"joules", {{"forward", 0.01}, {"backward", 0.02}, {"update", 0.0}}}},
+                   {{"name", "fc1"}, {"op", "Linear"}, {"forward_seconds", 0.0005}, {"backward_seconds", 0.0}, {"update_seconds", 0.0001}, {"timing", "measured and modelled"},
+                    {"joules", {{"forward", 0.001}, {"backward", 0.0}, {"update", 0.0}}}}};
+    j["energy"] = {{"kind", "measured"}, {"meter", "rapl-powercap"}};
+    j["devices"] = {{{"device", "cpu"}, {"seconds", 0.003}, {"timing", "measured"}}, {{"device", "fpga_emu:s10"}, {"seconds", 0.0006}, {"timing", "modelled"}}};
+    j["placement"] = {{"system", "system-host-s10"}, {"strategy", "energy"}, {"predicted_devices", {{{"device", "cpu"}, {"predicted_seconds", 0.0025}}, {{"device", "fpga_emu:s10"}, {"predicted_seconds", 0.0005}}}}};
+    const HtmlReport r = train_report(j, "run.json");
+    ASSERT_EQ(r.sections.size(), 2u);
+    EXPECT_EQ(r.sections[0].figures.size(), 2u);
+    const std::string page = html(r);
+    EXPECT_EQ(count(page, "<rect class=\"bar\""), 2u + 2 + 1) << "conv1's two parts, twice; the cpu as run";
+    EXPECT_EQ(count(page, "<rect class=\"bar modelled\""), 2u + 1 + 3) << "fc1's parts (time, energy); predictions and the emulated device";
+    EXPECT_NE(page.find("energy per layer (measured)"), std::string::npos);
+    test::expect_error([&] { train_report(nlohmann::json{{"schema", "joule.profile/1"}}, "p.json"); }, "p.json: not the output of joule train --json");
+    j.erase("layers");
+    test::expect_error([&] { train_report(j, "cut.json"); }, "cut.json: not the output of joule train --json");
 }
 
 }  // namespace

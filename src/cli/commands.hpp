@@ -25,6 +25,7 @@ void add_predict(CLI::App& app);
 void add_amp(CLI::App& app);
 void add_fpga_tune(CLI::App& app);
 void add_plan(CLI::App& app);
+void add_report(CLI::App& app);
 
 // Every floating-point flag checks with this: NaN and infinities (nan, inf, 1e999) are refused with a
 // message, never silently replaced or passed on.

@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
     joule::cli::add_amp(app);
     joule::cli::add_fpga_tune(app);
     joule::cli::add_plan(app);
+    joule::cli::add_report(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,196 @@
+#include "report/html_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "graph/error.hpp"
+#include "profile/report.hpp"
+#include "report/svg.hpp"
+
+namespace joule {
+
+namespace {
+
+// "measured", "modelled", or both, from the kinds a figure shows
+std::string tag_of(const std::set<std::string>& kinds) {
+    if (kinds.size() == 1) return *kinds.begin();
+    return kinds.empty() ? "measured" : "measured and modelled";
+}
+
+std::string config_name(const profile::ConfigKey& k) {
+    return "batch " + std::to_string(k.batch) + ", " + k.dtype + ", " + std::to_string(k.threads) + " threads";
+}
+
+// The top rows of a per-layer chart by their summed values, the rest in one row.
+void keep_top(BarChart& c, size_t top) {
+    std::vector<size_t> order(c.rows.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    auto sum = [&](size_t r) {
+        double s = 0;
+        for (double v : c.values[r]) s += v;
+        return s;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sum(a) > sum(b); });
+    BarChart out = c;
+    out.rows.clear(), out.values.clear(), out.modelled.clear();
+    std::vector<double> rest(c.stacks.size(), 0);
+    bool rest_modelled = false;
+    for (size_t i = 0; i < order.size(); ++i) {
+        const size_t r = order[i];
+        const bool m = !c.modelled.empty() && c.modelled[r];
+        if (i < top) {
+            out.rows.push_back(c.rows[r]), out.values.push_back(c.values[r]), out.modelled.push_back(m);
+            continue;
+        }
+        for (size_t k = 0; k < rest.size(); ++k) rest[k] += c.values[r][k];
+        rest_modelled = rest_modelled || m;
+    }
+    if (order.size() > top) out.rows.push_back("(" + std::to_string(order.size() - top) + " more)"), out.values.push_back(rest), out.modelled.push_back(rest_modelled);
+    c = std::move(out);
+}
+
+}  // namespace
+
+void write_html(std::ostream& os, const HtmlReport& r) {
+    os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << escape_xml(r.title) << "</title>\n"
+       << "<style>body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid "
+          "#ccc;padding-bottom:.2em;margin-top:2em}svg.figure{display:block;margin:1em 0}p.source{color:#666}</style>\n</head>\n<body>\n<h1>"
+       << escape_xml(r.title) << "</h1>\n<p class=\"source\">from " << escape_xml(r.source)
+       << "; every figure says whether it is measured or modelled (modelled marks: pale, dashed)</p>\n";
+    for (const HtmlSection& s : r.sections) {
+        os << "<section>\n<h2>" << escape_xml(s.heading) << "</h2>\n";
+        if (!s.text.empty()) os << "<p>" << escape_xml(s.text) << "</p>\n";
+        for (const std::string& f : s.figures) os << f;
+        os << "</section>\n";
+    }
+    os << "</body>\n</html>\n";
+    if (!os) throw Error("cannot write the report");
+}
+
+HtmlReport profile_report(const profile::Store& db) {
+    HtmlReport r{"joule profile report", db.path(), {}};
+    const std::vector<profile::ConfigMetrics> ms = profile::derive_all(db);
+    if (ms.empty()) {
+        r.sections.push_back({"no profile records", db.path() + " holds no configurations: run joule profile to fill it.", {}});
+        return r;
+    }
+    std::map<std::string, std::vector<const profile::ConfigMetrics*>> by_net;
+    for (const profile::ConfigMetrics& m : ms) by_net[m.config.key.net].push_back(&m);
+    for (const auto& [net, configs] : by_net) {
+        HtmlSection s{net, "", {}};
+        // against batch size: a line per precision, thread count and meter kind
+        std::map<std::string, std::vector<const profile::ConfigMetrics*>> lines;
+        std::set<std::string> kinds;
+        for (const profile::ConfigMetrics* m : configs) {
+            const profile::ConfigKey& k = m->config.key;
+            kinds.insert(k.meter_kind);
+        }
+        for (const profile::ConfigMetrics* m : configs) {  // (the meter's kind named only where both kinds are stored)
+            const profile::ConfigKey& k = m->config.key;
+            lines[k.dtype + ", " + std::to_string(k.threads) + " threads" + (kinds.size() > 1 ? ", energy " + k.meter_kind : "")].push_back(m);
+        }
+        auto plot = [&](const std::string& title, const std::string& y_label, bool energy, double (*value)(const profile::ConfigMetrics&)) {
+            LinePlot p{title, "batch size (images)", y_label, energy ? tag_of(kinds) : "measured", {}, true};
+            for (const auto& [name, ps] : lines) {
+                Series line{name, {}, {}, energy && ps.front()->config.key.meter_kind == "modelled"};
+                for (const profile::ConfigMetrics* m : ps) line.x.push_back(double(m->config.key.batch)), line.y.push_back(value(*m));
+                p.series.push_back(std::move(line));
+            }
+            s.figures.push_back(svg(p));
+        };
+        plot("throughput", "images per second", false, [](const profile::ConfigMetrics& m) { return m.images_per_s; });
+        plot("compute rate", "GFLOP/s", false, [](const profile::ConfigMetrics& m) { return m.gflops_per_s; });
+        plot("energy efficiency", "GFLOP/s per W (GFLOPS/W)", true, [](const profile::ConfigMetrics& m) { return m.gflops_per_w; });
+        plot("energy per image", "mJ per image (idle included)", true, [](const profile::ConfigMetrics& m) { return m.joules_per_image * 1e3; });
+        // per layer type, each configuration
+        BarChart time{"time per layer type", "ms per step", "measured", {}, {}, {}, {}}, energy{"energy per layer type", "mJ per step above idle", tag_of(kinds), {}, {}, {}, {}};
+        for (const char* t : profile::kLayerTypes) time.stacks.push_back(t), energy.stacks.push_back(t);
+        for (const profile::ConfigMetrics* m : configs) {
+            time.rows.push_back(config_name(m->config.key)), energy.rows.push_back(config_name(m->config.key));
+            std::vector<double> ts, js;
+            for (const char* t : profile::kLayerTypes) ts.push_back(m->by_type.at(t).seconds * 1e3), js.push_back(m->by_type.at(t).joules * 1e3);
+            time.values.push_back(ts), energy.values.push_back(js);
+            time.modelled.push_back(false), energy.modelled.push_back(m->config.key.meter_kind == "modelled");
+        }
+        s.figures.push_back(svg(time));
+        s.figures.push_back(svg(energy));
+        // per layer (node) of its largest configuration
+        const profile::ConfigMetrics* big = *std::max_element(configs.begin(), configs.end(), [](const auto* a, const auto* b) {
+            return a->config.key.batch < b->config.key.batch;
+        });
+        const profile::ConfigKey& k = big->config.key;
+        BarChart nt{"time per layer, " + config_name(k), "ms per step", "measured", {}, {"forward", "loss", "backward", "update"}, {}, {}};
+        BarChart nj{"energy per layer, " + config_name(k), "mJ per step above idle", k.meter_kind, {}, nt.stacks, {}, {}};
+        for (const profile::NodeRecord& n : db.nodes(k)) {
+            std::vector<double> t(4, 0), j(4, 0);
+            const size_t phase = size_t(std::find(nt.stacks.begin(), nt.stacks.end(), n.phase) - nt.stacks.begin());
+            if (phase >= 4) continue;
+            t[phase] = n.time_s * 1e3, j[phase] = n.energy_j * 1e3;
+            nt.rows.push_back(n.node), nt.values.push_back(t), nt.modelled.push_back(false);
+            nj.rows.push_back(n.node), nj.values.push_back(j), nj.modelled.push_back(k.meter_kind == "modelled");
+        }
+        keep_top(nt, 20), keep_top(nj, 20);
+        s.figures.push_back(svg(nt));
+        s.figures.push_back(svg(nj));
+        s.text = std::to_string(configs.size()) + " configuration(s); time measured on the steady clock, energy " + tag_of(kinds) + " (meter: " +
+                 big->config.meter + ").";
+        r.sections.push_back(std::move(s));
+    }
+    return r;
+}
+
+HtmlReport train_report(const nlohmann::json& j, const std::string& source) {
+    if (!j.is_object() || j.value("schema", "") != "joule.train/1")
+        throw Error(source + ": not the output of joule train --json (schema joule.train/1)", "make it with joule train --json > run.json");
+    try {
+        HtmlReport r{"joule train report: " + j.at("net").get<std::string>() + ", batch " + std::to_string(j.at("batch").get<int64_t>()), source, {}};
+        HtmlSection s{"per layer", "", {}};
+        BarChart time{"time per layer", "ms per step", j.at("timing").get<std::string>(), {}, {"forward", "backward", "update"}, {}, {}};
+        const bool energy = j.contains("energy");
+        const std::string energy_kind = energy ? j["energy"].at("kind").get<std::string>() : "";
+        BarChart joules{"energy per layer", "mJ per step above idle", energy_kind, {}, time.stacks, {}, {}};
+        for (const nlohmann::json& l : j.at("layers")) {
+            const bool modelled = l.at("timing").get<std::string>() != "measured";
+            time.rows.push_back(l.at("name").get<std::string>() + " (" + l.at("op").get<std::string>() + ")");
+            time.values.push_back({l.at("forward_seconds").get<double>() * 1e3, l.at("backward_seconds").get<double>() * 1e3, l.at("update_seconds").get<double>() * 1e3});
+            time.modelled.push_back(modelled);
+            if (energy) {
+                const nlohmann::json& e = l.at("joules");
+                joules.rows.push_back(time.rows.back());
+                joules.values.push_back({e.at("forward").get<double>() * 1e3, e.at("backward").get<double>() * 1e3, e.at("update").get<double>() * 1e3});
+                joules.modelled.push_back(modelled || energy_kind == "modelled");
+            }
+        }
+        keep_top(time, 25);
+        s.figures.push_back(svg(time));
+        if (energy) {
+            keep_top(joules, 25);
+            s.figures.push_back(svg(joules));
+        }
+        char step[32];
+        std::snprintf(step, sizeof step, "%.3f", j.at("step_seconds").get<double>() * 1e3);
+        s.text = "step " + std::string(step) + " ms of node time (" + j.at("timing").get<std::string>() + ")" +
+                 (energy ? "; energy " + energy_kind + " by " + j["energy"].at("meter").get<std::string>() : "; energy not recorded (train --energy)") + ".";
+        r.sections.push_back(std::move(s));
+        if (j.contains("placement")) {  // the plan's prediction beside what the run got, per device
+            const nlohmann::json& p = j["placement"];
+            BarChart d{"busy time per device: predicted (" + p.at("strategy").get<std::string>() + " on " + p.at("system").get<std::string>() + ") and got",
+                       "ms per step", "measured and modelled", {}, {"busy"}, {}, {}};
+            for (const nlohmann::json& x : p.at("predicted_devices")) {
+                const std::string dev = x.at("device").get<std::string>();
+                d.rows.push_back(dev + " predicted"), d.values.push_back({x.at("predicted_seconds").get<double>() * 1e3}), d.modelled.push_back(true);
+                for (const nlohmann::json& got : j.at("devices"))
+                    if (got.at("device") == dev)
+                        d.rows.push_back(dev + " got"), d.values.push_back({got.at("seconds").get<double>() * 1e3}), d.modelled.push_back(got.at("timing") == "modelled");
+            }
+            r.sections.push_back({"predicted against what the run got", "The plan's simulated iteration lets devices overlap; the run executes one node at a time.", {svg(d)}});
+        }
+        return r;
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(source + ": not the output of joule train --json: " + e.what(), "make it with joule train --json > run.json");
+    }
+}
+
+}  // namespace joule

@@ -1,0 +1,40 @@
+// `joule report`: one self-contained HTML file of figures (inline SVG from report/svg, inline CSS, no
+// script; nothing fetched when it is built or viewed), from a profile database or a `joule train --json`
+// run. Every figure is tagged measured or modelled; modelled marks are drawn pale and dashed.
+//
+//   const profile::Store db("joule-profile.db", profile::Store::Mode::ReadOnly);
+//   write_html(file, profile_report(db));
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "profile/store.hpp"
+
+namespace joule {
+
+struct HtmlSection {
+    std::string heading, text;         // text: a paragraph (escaped when written)
+    std::vector<std::string> figures;  // SVG
+};
+
+struct HtmlReport {
+    std::string title, source;  // source: what it was made from
+    std::vector<HtmlSection> sections;
+};
+
+// Throws Error when the stream fails.
+void write_html(std::ostream& os, const HtmlReport& r);
+
+// Per net: throughput, GFLOP/s, GFLOPS/W and mJ per image against batch size, a line per precision and
+// thread count; time and energy per layer type per configuration; time and energy per layer of its
+// largest configuration. An empty database gives a report that says so.
+HtmlReport profile_report(const profile::Store& db);
+
+// A run's per-layer time and (with --energy) energy, and where it ran under a placement, the plan's
+// predicted time per device beside what the run got. Throws Error for JSON that is not joule.train/1.
+HtmlReport train_report(const nlohmann::json& run, const std::string& source);
+
+}  // namespace joule
