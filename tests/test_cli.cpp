@@ -218,7 +218,15 @@ TEST(Cli, ReportDrawsAProfileDatabaseAndATrainRun) {
     EXPECT_NE(html.find("time per layer (measured)"), std::string::npos);
     EXPECT_NE(html.find("energy per layer (modelled)"), std::string::npos);
     // bad inputs
-    expect_failure("report --out " + page, "joule report takes --db FILE or --train FILE");
+    const std::string sweep = temp_path("sweep.json");
+    std::ofstream(sweep) << run_json("analyze --net lenet5 --batch 8 --device v100 --sweep capacity=64KiB..4MiB --json");
+    r = run("report --analyze " + sweep + " --out " + page);
+    ASSERT_EQ(r.code, 0) << r.out;
+    html = read(page);
+    EXPECT_NE(html.find("traffic per iteration (modelled)"), std::string::npos);
+    EXPECT_NE(html.find("knee"), std::string::npos);
+    expect_failure("report --out " + page, "joule report takes --db FILE, --train FILE or --analyze FILE");
+    expect_failure("report --analyze " + run_json_file, "not the output of joule analyze --json");
     expect_failure("report --db " + db + " --train " + run_json_file, "excludes");
     expect_failure("report --db " + temp_path("missing.db"), "no such profile database");
     expect_failure("report --db " + run_json_file, run_json_file);
@@ -228,6 +236,54 @@ TEST(Cli, ReportDrawsAProfileDatabaseAndATrainRun) {
     std::ofstream(other) << "{\"schema\": \"joule.profile/1\"}";
     expect_failure("report --train " + other, "not the output of joule train --json");
     expect_failure("report --db " + db + " --out /nonexistent/dir/r.html", "--out /nonexistent/dir/r.html: cannot write the report");
+}
+
+// joule report's pages in a real browser: headless Chromium (scripts/setup.sh installs Debian's) loads
+// each without a console message, its DOM holds every figure and mark the page has, and a screenshot
+// of each is kept in report-screenshots/ of the test's directory (the README's come from here).
+TEST(Cli, ReportPagesRenderInHeadlessChromium) {
+    ASSERT_EQ(access("/usr/bin/chromium", X_OK), 0) << "no /usr/bin/chromium: scripts/setup.sh installs it";
+    const std::string db = temp_path("browser.db"), run_file = temp_path("browser-run.json");
+    ASSERT_EQ(run("profile --db " + db + " --batch 4,8,16 --threads 1 --iters 2 --warmup 1 --meter modelled" + std::string(kSpec)).code, 0);
+    std::ofstream(run_file) << run_json("train --net lenet5 --dataset synthetic --steps 3 --threads 1 --quiet --system cpu+s10 --strategy energy --energy "
+                                       "--meter modelled --idle-seconds 0 --json" + std::string(kSpec));
+    std::system("mkdir -p report-screenshots");
+    const std::string sweep = temp_path("browser-sweep.json");
+    std::ofstream(sweep) << run_json("analyze --net resnet18 --batch 8 --device v100 --sweep capacity=256KiB..256MiB --json");
+    for (const auto& [name, source] : {std::pair<std::string, std::string>{"profile", "--db " + db}, {"train", "--train " + run_file}, {"analyze", "--analyze " + sweep}}) {
+        const std::string page = temp_path(name + ".html"), console = temp_path(name + ".console"), profile_dir = temp_path(name + ".chromium");
+        ASSERT_EQ(run("report " + source + " --out " + page).code, 0);
+        std::ifstream in(page);
+        const std::string html(std::istreambuf_iterator<char>(in), {});
+        const std::string chromium = "/usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --user-data-dir=" + profile_dir +
+                                     " --enable-logging=stderr --v=0 ";
+        // the DOM as the browser built it
+        FILE* p = popen((chromium + "--dump-dom file://" + page + " 2>" + console).c_str(), "r");
+        ASSERT_NE(p, nullptr);
+        std::string dom;
+        std::array<char, 4096> buf{};
+        while (size_t n = fread(buf.data(), 1, buf.size(), p)) dom.append(buf.data(), n);
+        ASSERT_EQ(pclose(p), 0) << name;
+        auto count = [](const std::string& s, const std::string& what) {
+            size_t n = 0;
+            for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+            return n;
+        };
+        for (const char* mark : {"<svg", "<circle class=\"point\"", "<rect class=\"bar\"", "<rect class=\"bar modelled\"", "<polyline"})
+            EXPECT_EQ(count(dom, mark), count(html, mark)) << name << ": " << mark;
+        EXPECT_GE(count(dom, "<svg"), name == "profile" ? 8u : 3u) << name;
+        EXPECT_GT(count(dom, "class=\"point\"") + count(dom, "<rect class=\"bar"), 10u) << name;
+        std::ifstream log(console);
+        const std::string messages(std::istreambuf_iterator<char>(log), {});
+        EXPECT_EQ(messages.find("CONSOLE"), std::string::npos) << name << ": the console said\n" << messages;
+        // what it looks like
+        const std::string shot = "report-screenshots/" + name + ".png";
+        std::remove(shot.c_str());
+        const std::string height = name == "profile" ? "3400" : name == "train" ? "1700" : "1300";
+        ASSERT_EQ(std::system((chromium + "--window-size=1150," + height + " --screenshot=" + shot + " file://" + page + " 2>/dev/null").c_str()), 0);
+        std::ifstream png(shot, std::ios::binary | std::ios::ate);
+        EXPECT_GT(png.tellg(), 20000) << shot;
+    }
 }
 
 TEST(Cli, ProfileSweepsStoresAndReports) {

@@ -264,5 +264,37 @@ TEST(HtmlReport, FromATrainRunsJson) {
     test::expect_error([&] { train_report(j, "cut.json"); }, "cut.json: not the output of joule train --json");
 }
 
+TEST(HtmlReport, FromAnAnalyzeSweepWithItsKneeMarked) {
+    nlohmann::json j = {{"schema", "joule.analyze/1"}, {"net", "resnet18"}, {"batch", 8}, {"dtype", "f32"}};
+    const double mib = 1024.0 * 1024, gib = mib * 1024;
+    // traffic 10, 5, 1.8, 1 GiB: 90 % of the 9 GiB capacity can remove is gone at 4 MiB
+    const std::vector<std::pair<double, double>> points{{1, 10}, {2, 5}, {4, 1.8}, {8, 1}};
+    for (const auto& [cap, traffic] : points) {
+        const nlohmann::json half = {{"read_bytes", traffic * gib * 0.5}, {"write_bytes", 0.0}};
+        nlohmann::json x = {{"capacity_bytes", cap * mib}, {"bandwidth_bytes_per_second", 9e11}, {"read_bytes", traffic * gib * 0.75},
+                            {"write_bytes", traffic * gib * 0.25}, {"seconds", 0.01}, {"compute_seconds", 0.008}, {"time_model", "roofline"}};
+        x["by_layer_type"] = {{"conv", half}, {"norm", half}};
+        j["results"].push_back(x);
+    }
+    const HtmlReport r = analyze_report(j, "a.json");
+    ASSERT_EQ(r.sections.size(), 1u);
+    EXPECT_EQ(r.sections[0].heading, "capacity sweep");
+    const std::string page = html(r);
+    EXPECT_NE(page.find("knee 4 MiB"), std::string::npos);
+    EXPECT_EQ(count(page, "class=\"point\""), 3u * 4) << "traffic, iteration and compute time";
+    EXPECT_EQ(count(page, "<rect class=\"bar modelled\""), 2u * 4);
+    EXPECT_EQ(page.find("(measured)"), std::string::npos) << "all modelled";
+    for (auto& x : j["results"]) x["capacity_bytes"] = 6 * mib;  // the same capacity throughout: a bandwidth sweep
+    for (size_t i = 0; i < j["results"].size(); ++i) j["results"][i]["bandwidth_bytes_per_second"] = 1e11 * double(i + 1);
+    const std::string bw = html(analyze_report(j, "b.json"));
+    EXPECT_NE(bw.find("off-chip bandwidth (GB/s)"), std::string::npos);
+    EXPECT_EQ(bw.find("knee"), std::string::npos);
+    test::expect_error([&] { analyze_report(nlohmann::json{{"schema", "joule.train/1"}}, "t.json"); }, "t.json: not the output of joule analyze --json");
+    j["results"] = nlohmann::json::array();
+    test::expect_error([&] { analyze_report(j, "e.json"); }, "e.json: no results");
+    j.erase("results");
+    test::expect_error([&] { analyze_report(j, "c.json"); }, "c.json: not the output of joule analyze --json");
+}
+
 }  // namespace
 }  // namespace joule

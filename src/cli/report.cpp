@@ -1,5 +1,5 @@
-// `joule report`: a self-contained HTML page of figures from a profile database (--db) or a
-// `joule train --json` run (--train).
+// `joule report`: a self-contained HTML page of figures from a profile database (--db), a `joule train
+// --json` run (--train) or a `joule analyze --json` sweep (--analyze).
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,26 +12,33 @@ namespace joule::cli {
 
 void add_report(CLI::App& app) {
     struct Flags {
-        std::string db, train, out = "joule-report.html";
+        std::string db, train, analyze, out = "joule-report.html";
     };
     auto f = std::make_shared<Flags>();
-    auto* cmd = app.add_subcommand("report", "an HTML page of figures (inline SVG, nothing fetched) from a profile database or a train run's JSON");
+    auto* cmd = app.add_subcommand("report", "an HTML page of figures (inline SVG, nothing fetched) from a profile database, a train run's or an analyze sweep's JSON");
     auto* db = cmd->add_option("--db", f->db, "a joule profile database");
     auto* train = cmd->add_option("--train", f->train, "the output of joule train --json");
-    db->excludes(train);
+    auto* analyze = cmd->add_option("--analyze", f->analyze, "the output of joule analyze --json (a capacity or bandwidth sweep)");
+    db->excludes(train), db->excludes(analyze), train->excludes(analyze);
     cmd->add_option("--out", f->out, "the HTML file to write")->capture_default_str();
     cmd->callback([f] {
-        if (f->db.empty() == f->train.empty()) throw Error("joule report takes --db FILE or --train FILE", "e.g. joule report --db joule-profile.db --out report.html");
+        if (f->db.empty() + f->train.empty() + f->analyze.empty() != 2)
+            throw Error("joule report takes --db FILE, --train FILE or --analyze FILE", "e.g. joule report --db joule-profile.db --out report.html");
         HtmlReport r;
+        auto read_json = [](const std::string& flag, const std::string& path) {
+            std::ifstream in(path);
+            if (!in) throw Error(flag + " " + path + ": cannot read the file");
+            const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+            if (j.is_discarded()) throw Error(flag + " " + path + ": not JSON", "make it with the command's --json");
+            return j;
+        };
         if (!f->db.empty()) {
             const profile::Store store(f->db, profile::Store::Mode::ReadOnly);
             r = profile_report(store);
+        } else if (!f->train.empty()) {
+            r = train_report(read_json("--train", f->train), f->train);
         } else {
-            std::ifstream in(f->train);
-            if (!in) throw Error("--train " + f->train + ": cannot read the file");
-            const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-            if (j.is_discarded()) throw Error("--train " + f->train + ": not JSON", "make it with joule train --json > run.json");
-            r = train_report(j, f->train);
+            r = analyze_report(read_json("--analyze", f->analyze), f->analyze);
         }
         std::ofstream out(f->out);
         if (!out) throw Error("--out " + f->out + ": cannot write the report");

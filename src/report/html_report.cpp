@@ -141,6 +141,66 @@ HtmlReport profile_report(const profile::Store& db) {
     return r;
 }
 
+HtmlReport analyze_report(const nlohmann::json& j, const std::string& source) {
+    if (!j.is_object() || j.value("schema", "") != "joule.analyze/1")
+        throw Error(source + ": not the output of joule analyze --json (schema joule.analyze/1)", "make it with joule analyze ... --json > analyze.json");
+    try {
+        const nlohmann::json& results = j.at("results");
+        if (!results.is_array() || results.empty()) throw Error(source + ": no results in it");
+        HtmlReport r{"joule analyze report: " + j.at("net").get<std::string>() + ", batch " + std::to_string(j.at("batch").get<int64_t>()) + ", " +
+                         j.at("dtype").get<std::string>(),
+                     source, {}};
+        // what the sweep varies: capacity, else bandwidth (a single point: capacity)
+        bool by_bandwidth = true;
+        for (const nlohmann::json& x : results)
+            by_bandwidth = by_bandwidth && x.at("capacity_bytes") == results[0].at("capacity_bytes") && results.size() > 1;
+        const char* key = by_bandwidth ? "bandwidth_bytes_per_second" : "capacity_bytes";
+        const double unit = by_bandwidth ? 1e9 : 1024.0 * 1024;
+        const std::string x_label = by_bandwidth ? "off-chip bandwidth (GB/s)" : "on-chip capacity (MiB)";
+        Series traffic{"read + written", {}, {}, true}, time{"iteration", {}, {}, true}, compute{"compute alone", {}, {}, true};
+        BarChart types{"traffic per layer type", "GiB per iteration", "modelled", {}, {}, {}, {}};
+        for (const auto& [t, v] : results[0].at("by_layer_type").items()) types.stacks.push_back(t);
+        for (const nlohmann::json& x : results) {
+            const double at = x.at(key).get<double>() / unit, bytes = x.at("read_bytes").get<double>() + x.at("write_bytes").get<double>();
+            traffic.x.push_back(at), traffic.y.push_back(bytes / (1024.0 * 1024 * 1024));
+            time.x.push_back(at), time.y.push_back(x.at("seconds").get<double>() * 1e3);
+            compute.x.push_back(at), compute.y.push_back(x.at("compute_seconds").get<double>() * 1e3);
+            char row[64];
+            std::snprintf(row, sizeof row, by_bandwidth ? "%.0f GB/s" : "%.4g MiB", at);
+            types.rows.push_back(row), types.modelled.push_back(true);
+            std::vector<double> v;
+            for (const std::string& t : types.stacks) {
+                const nlohmann::json& b = x.at("by_layer_type").at(t);
+                v.push_back((b.at("read_bytes").get<double>() + b.at("write_bytes").get<double>()) / (1024.0 * 1024 * 1024));
+            }
+            types.values.push_back(v);
+        }
+        LinePlot tp{"traffic per iteration", x_label, "GiB read and written off chip", "modelled", {traffic}, true};
+        if (!by_bandwidth && results.size() > 1) {  // the knee: the smallest capacity removing 90 % of what capacity can remove
+            const double lo = *std::max_element(traffic.y.begin(), traffic.y.end()), hi = *std::min_element(traffic.y.begin(), traffic.y.end());
+            std::vector<size_t> order(traffic.x.size());
+            for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+            std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return traffic.x[a] < traffic.x[b]; });
+            for (size_t i : order)
+                if (lo > hi && traffic.y[i] - hi <= 0.1 * (lo - hi)) {
+                    tp.mark_x = traffic.x[i];
+                    char label[64];
+                    std::snprintf(label, sizeof label, "knee %.4g MiB", traffic.x[i]);
+                    tp.mark_label = label;
+                    break;
+                }
+        }
+        HtmlSection s{by_bandwidth ? "bandwidth sweep" : "capacity sweep",
+                      std::to_string(results.size()) + " point(s) of the memory-subsystem model (" + results[0].at("time_model").get<std::string>() +
+                          " time model); everything here is modelled.",
+                      {svg(tp), svg(LinePlot{"iteration time", x_label, "ms per iteration", "modelled", {time, compute}, true}), svg(types)}};
+        r.sections.push_back(std::move(s));
+        return r;
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(source + ": not the output of joule analyze --json: " + e.what(), "make it with joule analyze ... --json > analyze.json");
+    }
+}
+
 HtmlReport train_report(const nlohmann::json& j, const std::string& source) {
     if (!j.is_object() || j.value("schema", "") != "joule.train/1")
         throw Error(source + ": not the output of joule train --json (schema joule.train/1)", "make it with joule train --json > run.json");
@@ -172,7 +232,7 @@ HtmlReport train_report(const nlohmann::json& j, const std::string& source) {
         char step[32];
         std::snprintf(step, sizeof step, "%.3f", j.at("step_seconds").get<double>() * 1e3);
         s.text = "step " + std::string(step) + " ms of node time (" + j.at("timing").get<std::string>() + ")" +
-                 (energy ? "; energy " + energy_kind + " by " + j["energy"].at("meter").get<std::string>() : "; energy not recorded (train --energy)") + ".";
+                 (energy ? "; energy " + energy_kind + " (meter: " + j["energy"].at("meter").get<std::string>() + ")" : "; energy not recorded (train --energy)") + ".";
         r.sections.push_back(std::move(s));
         if (j.contains("placement")) {  // the plan's prediction beside what the run got, per device
             const nlohmann::json& p = j["placement"];

@@ -1,6 +1,6 @@
 // `joule report`: one self-contained HTML file of figures (inline SVG from report/svg, inline CSS, no
-// script; nothing fetched when it is built or viewed), from a profile database or a `joule train --json`
-// run. Every figure is tagged measured or modelled; modelled marks are drawn pale and dashed.
+// script; nothing fetched when it is built or viewed), from a profile database, a `joule analyze --json`
+// or a `joule train --json` run. Every figure is tagged measured or modelled; modelled marks are drawn pale and dashed.
 //
 //   const profile::Store db("joule-profile.db", profile::Store::Mode::ReadOnly);
 //   write_html(file, profile_report(db));
@@ -32,6 +32,12 @@ void write_html(std::ostream& os, const HtmlReport& r);
 // thread count; time and energy per layer type per configuration; time and energy per layer of its
 // largest configuration. An empty database gives a report that says so.
 HtmlReport profile_report(const profile::Store& db);
+
+// A `joule analyze --json` run (modelled): traffic per iteration and iteration time against the swept
+// capacity (the knee marked: the smallest capacity that removes 90 % of the traffic capacity can remove)
+// or bandwidth, and the traffic per layer type at each point. Throws Error for JSON that is not
+// joule.analyze/1.
+HtmlReport analyze_report(const nlohmann::json& run, const std::string& source);
 
 // A run's per-layer time and (with --energy) energy, and where it ran under a placement, the plan's
 // predicted time per device beside what the run got. Throws Error for JSON that is not joule.train/1.

@@ -105,7 +105,8 @@ std::string svg(const LinePlot& p) {
     os << "<text class=\"ylabel\" transform=\"translate(16," << px(top + ph / 2) << ") rotate(-90)\" text-anchor=\"middle\">" << escape_xml(p.y_label) << "</text>\n";
     if (p.mark_x > 0)
         os << "<line class=\"mark\" stroke=\"#555\" stroke-dasharray=\"6,4\" x1=\"" << px(fx(p.mark_x)) << "\" y1=\"" << top << "\" x2=\"" << px(fx(p.mark_x)) << "\" y2=\""
-           << top + ph << "\"/><text x=\"" << px(fx(p.mark_x) + 4) << "\" y=\"" << top + 12 << "\">" << escape_xml(p.mark_label) << "</text>\n";
+           << top + ph << "\"/><text x=\"" << px(fx(p.mark_x) + (fx(p.mark_x) > left + pw / 2 ? -4 : 4)) << "\" y=\"" << px(top + ph - 8) << "\" text-anchor=\""
+           << (fx(p.mark_x) > left + pw / 2 ? "end" : "start") << "\">" << escape_xml(p.mark_label) << "</text>\n";
     // series: a line through the points in x order, a circle per point
     for (size_t k = 0; k < p.series.size(); ++k) {
         const Series& s = p.series[k];
