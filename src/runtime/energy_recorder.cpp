@@ -39,7 +39,6 @@ EnergyResult EnergyRecorder::finish(const Graph& g) {
         trace = sampler_->trace();
         r.samples = trace.t.size();
     }
-    r.power = trace;
     for (const auto& spans : steps_) {
         if (spans.empty()) continue;
         const energy::Attribution a = choice_.meter ? energy::attribute_measured(spans, trace, idle_w_)
@@ -66,6 +65,7 @@ EnergyResult EnergyRecorder::finish(const Graph& g) {
         r.seconds += a.seconds;
         ++r.steps;
     }
+    r.power = std::move(trace);
     return r;
 }
 
