@@ -238,21 +238,77 @@ TEST(Cli, ReportDrawsAProfileDatabaseAndATrainRun) {
     expect_failure("report --db " + db + " --out /nonexistent/dir/r.html", "--out /nonexistent/dir/r.html: cannot write the report");
 }
 
+// report --db --predict: each stored configuration's step beside the cost interface's prediction on a
+// device -- the numbers profile --device prints for it -- and bad predictions and foreign databases refused.
+TEST(Cli, ReportPredictsTheProfiledStepsOnADevice) {
+    const std::string db = temp_path("pred.db"), page = temp_path("pred.html");
+    ASSERT_EQ(run("profile --db " + db + " --batch 4,8 --threads 1 --iters 2 --warmup 1 --meter modelled" + std::string(kSpec)).code, 0);
+    const nlohmann::json profiled = run_json("profile --db " + db + " --report --device v100 --json");
+    ASSERT_EQ(profiled["on_device"].size(), 2u) << profiled.dump();
+    Result r = run("report --db " + db + " --predict v100 --out " + page);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("2 section(s), 10 figure(s)"), std::string::npos) << r.out;
+    std::ifstream in(page);
+    const std::string html(std::istreambuf_iterator<char>(in), {});
+    EXPECT_NE(html.find("lenet5: predicted against measured"), std::string::npos);
+    EXPECT_NE(html.find("step time, measured and predicted on gpu-nvidia-v100-sxm2 (measured and modelled)"), std::string::npos);
+    EXPECT_NE(html.find("mean |difference|"), std::string::npos);
+    // a point's title is "line: batch, ms"
+    auto point = [&](const std::string& line, int64_t batch) {
+        const std::string key = "<title>" + line + ": " + std::to_string(batch) + ", ";
+        const size_t at = html.find(key);
+        return at == std::string::npos ? -1.0 : std::stod(html.substr(at + key.size()));
+    };
+    for (const nlohmann::json& c : profiled["configs"]) {
+        const int64_t batch = c["batch"];
+        EXPECT_NEAR(point("f32, 1 threads, measured", batch), c["step_seconds"].get<double>() * 1e3, 1e-3 * c["step_seconds"].get<double>() * 1e3) << batch;
+    }
+    for (const nlohmann::json& c : profiled["on_device"]) {
+        const int64_t batch = c["batch"];
+        EXPECT_NEAR(point("f32, 1 threads, predicted", batch), c["step_s"].get<double>() * 1e3, 1e-3 * c["step_s"].get<double>() * 1e3) << batch;
+    }
+    // the CPU the records were measured on: the model's error
+    r = run("report --db " + db + " --predict cpu-amd-epyc-turin-2vcpu --out " + page);
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream again(page);
+    EXPECT_NE(std::string(std::istreambuf_iterator<char>(again), {}).find("that is the model's error"), std::string::npos);
+    expect_failure("report --db " + db + " --predict no-such-device --out " + page, "no-such-device");
+    expect_failure("report --db " + db + " --predict s10 --out " + page, "--predict s10: fpga-intel-stratix10-gx2800-520n is an FPGA");
+    expect_failure("report --train run.json --predict v100", "--predict requires --db");
+    expect_failure("report --db " + db + " --image-size 64", "--image-size requires --predict");
+    expect_failure("report --db " + db + " --predict v100 --image-size 64 --out " + page, "pass the --image-size / --seq-len the sweep used");
+    // a database of another schema version: the user_version in the SQLite header (offset 60, big-endian)
+    for (const auto& [version, message] : {std::pair<char, std::string>{2, "older than this joule's"}, {9, "newer than this joule's"}}) {
+        const std::string other = temp_path("v" + std::to_string(int(version)) + ".db");
+        std::system(("cp " + db + " " + other).c_str());
+        {
+            std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
+            f.seekp(60);
+            const char be[4] = {0, 0, 0, version};
+            f.write(be, 4);
+        }
+        expect_failure("report --db " + other + " --out " + page, "profile schema version " + std::to_string(int(version)) + ", " + message);
+    }
+}
+
 // joule report's pages in a real browser: headless Chromium (scripts/setup.sh installs Debian's) loads
 // each without a console message, its DOM holds every figure and mark the page has, and a screenshot
 // of each is kept in report-screenshots/ of the test's directory (the README's come from here).
 TEST(Cli, ReportPagesRenderInHeadlessChromium) {
     ASSERT_EQ(access("/usr/bin/chromium", X_OK), 0) << "no /usr/bin/chromium: scripts/setup.sh installs it";
-    const std::string db = temp_path("browser.db"), run_file = temp_path("browser-run.json");
+    // the inputs beside the pages, named as a user would (each page says what it was made from)
+    const std::string dir = temp_path("browser"), db = dir + "/joule-profile.db", run_file = dir + "/run.json", sweep = dir + "/sweep.json";
+    std::system(("mkdir -p " + dir).c_str());
     ASSERT_EQ(run("profile --db " + db + " --batch 4,8,16 --threads 1 --iters 2 --warmup 1 --meter modelled" + std::string(kSpec)).code, 0);
     std::ofstream(run_file) << run_json("train --net lenet5 --dataset synthetic --steps 3 --threads 1 --quiet --system cpu+s10 --strategy energy --energy "
                                        "--meter modelled --idle-seconds 0 --json" + std::string(kSpec));
     std::system("mkdir -p report-screenshots");
-    const std::string sweep = temp_path("browser-sweep.json");
     std::ofstream(sweep) << run_json("analyze --net resnet18 --batch 8 --device v100 --sweep capacity=256KiB..256MiB --json");
-    for (const auto& [name, source] : {std::pair<std::string, std::string>{"profile", "--db " + db}, {"train", "--train " + run_file}, {"analyze", "--analyze " + sweep}}) {
-        const std::string page = temp_path(name + ".html"), console = temp_path(name + ".console"), profile_dir = temp_path(name + ".chromium");
-        ASSERT_EQ(run("report " + source + " --out " + page).code, 0);
+    for (const auto& [name, source] : {std::pair<std::string, std::string>{"profile", "--db joule-profile.db --predict cpu-amd-epyc-turin-2vcpu"},
+                                       {"train", "--train run.json"},
+                                       {"analyze", "--analyze sweep.json"}}) {
+        const std::string page = dir + "/" + name + ".html", console = temp_path(name + ".console"), profile_dir = temp_path(name + ".chromium");
+        ASSERT_EQ(std::system(("cd " + dir + " && " + JOULE_BINARY + " report " + source + " --out " + name + ".html > /dev/null").c_str()), 0) << source;
         std::ifstream in(page);
         const std::string html(std::istreambuf_iterator<char>(in), {});
         const std::string chromium = "/usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --user-data-dir=" + profile_dir +
@@ -271,7 +327,7 @@ TEST(Cli, ReportPagesRenderInHeadlessChromium) {
         };
         for (const char* mark : {"<svg", "<circle class=\"point\"", "<rect class=\"bar\"", "<rect class=\"bar modelled\"", "<polyline"})
             EXPECT_EQ(count(dom, mark), count(html, mark)) << name << ": " << mark;
-        EXPECT_GE(count(dom, "<svg"), name == "profile" ? 8u : 3u) << name;
+        EXPECT_GE(count(dom, "<svg"), name == "profile" ? 10u : 3u) << name;
         EXPECT_GT(count(dom, "class=\"point\"") + count(dom, "<rect class=\"bar"), 10u) << name;
         std::ifstream log(console);
         const std::string messages(std::istreambuf_iterator<char>(log), {});
@@ -279,7 +335,7 @@ TEST(Cli, ReportPagesRenderInHeadlessChromium) {
         // what it looks like
         const std::string shot = "report-screenshots/" + name + ".png";
         std::remove(shot.c_str());
-        const std::string height = name == "profile" ? "3400" : name == "train" ? "1700" : "1300";
+        const std::string height = name == "profile" ? "4300" : name == "train" ? "1700" : "1300";
         ASSERT_EQ(std::system((chromium + "--window-size=1150," + height + " --screenshot=" + shot + " file://" + page + " 2>/dev/null").c_str()), 0);
         std::ifstream png(shot, std::ios::binary | std::ios::ate);
         EXPECT_GT(png.tellg(), 20000) << shot;

@@ -290,8 +290,13 @@ TEST(HtmlReport, FromAnAnalyzeSweepWithItsKneeMarked) {
     EXPECT_NE(bw.find("off-chip bandwidth (GB/s)"), std::string::npos);
     EXPECT_EQ(bw.find("knee"), std::string::npos);
     test::expect_error([&] { analyze_report(nlohmann::json{{"schema", "joule.train/1"}}, "t.json"); }, "t.json: not the output of joule analyze --json");
-    j["results"] = nlohmann::json::array();
-    test::expect_error([&] { analyze_report(j, "e.json"); }, "e.json: no results");
+    j["results"] = nlohmann::json::array();  // an empty sweep: a page that says so, no empty axes
+    const HtmlReport empty = analyze_report(j, "e.json");
+    ASSERT_EQ(empty.sections.size(), 1u);
+    EXPECT_EQ(empty.sections[0].heading, "empty sweep");
+    EXPECT_TRUE(empty.sections[0].figures.empty());
+    j["results"] = "none";
+    test::expect_error([&] { analyze_report(j, "l.json"); }, "l.json: its results are not a list");
     j.erase("results");
     test::expect_error([&] { analyze_report(j, "c.json"); }, "c.json: not the output of joule analyze --json");
 }

@@ -13,6 +13,7 @@ namespace joule::cli {
 void add_report(CLI::App& app) {
     struct Flags {
         std::string db, train, analyze, out = "joule-report.html";
+        ProfilePrediction predicted;
     };
     auto f = std::make_shared<Flags>();
     auto* cmd = app.add_subcommand("report", "an HTML page of figures (inline SVG, nothing fetched) from a profile database, a train run's or an analyze sweep's JSON");
@@ -21,6 +22,15 @@ void add_report(CLI::App& app) {
     auto* analyze = cmd->add_option("--analyze", f->analyze, "the output of joule analyze --json (a capacity or bandwidth sweep)");
     db->excludes(train), db->excludes(analyze), train->excludes(analyze);
     cmd->add_option("--out", f->out, "the HTML file to write")->capture_default_str();
+    auto* predict = cmd->add_option("--predict", f->predicted.device,
+                                    "with --db: predict each CPU configuration's step on this data/hw device (name, alias or path; the one this CPU "
+                                    "was profiled on compares the cost interface with the measurement)");
+    predict->needs(db);
+    cmd->add_option("--image-size", f->predicted.image_size, "with --predict: the input size the sweep used (0: each net's default)")->check(number_in(0))->needs(predict);
+    cmd->add_option("--seq-len", f->predicted.seq_len, "with --predict: the sequence length the sweep used for BERT nets")
+        ->capture_default_str()
+        ->check(number_in(1, 4096))
+        ->needs(predict);
     cmd->callback([f] {
         if (f->db.empty() + f->train.empty() + f->analyze.empty() != 2)
             throw Error("joule report takes --db FILE, --train FILE or --analyze FILE", "e.g. joule report --db joule-profile.db --out report.html");
@@ -33,8 +43,9 @@ void add_report(CLI::App& app) {
             return j;
         };
         if (!f->db.empty()) {
+            if (!f->predicted.device.empty()) load_whole_net_device(f->predicted.device, "--predict");  // checked before the database is read
             const profile::Store store(f->db, profile::Store::Mode::ReadOnly);
-            r = profile_report(store);
+            r = profile_report(store, f->predicted);
         } else if (!f->train.empty()) {
             r = train_report(read_json("--train", f->train), f->train);
         } else {

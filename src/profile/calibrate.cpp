@@ -40,15 +40,18 @@ DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict
     BackendSet backends;  // the built-in precision plans are the cpu's, as the sweep made them
     const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, c.key.dtype, image_size, seq_len, backends.get("cpu"));
     const Graph& g = pm.lowered.train.graph;
-    check_rebuilt(db, c, g);
+    const std::vector<NodeRecord> rec = check_rebuilt(db, c, g);
     DeviceEstimate e;
     for (size_t i = 0; i < g.num_nodes(); ++i)
         if (!d.has(g.node(NodeId(i)).compute)) {
             e.why_not = d.spec().name + " has no " + dtype_name(g.node(NodeId(i)).compute) + " path";
             return e;
         }
-    const predict::Cost k = predict::graph_cost(g, d).total;
-    e.step_s = k.seconds, e.dynamic_j = k.joules;
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        const predict::Cost k = predict::cost(g, NodeId(i), d, g.node(NodeId(i)).compute);
+        e.step_s += k.seconds, e.dynamic_j += k.joules;
+        e.by_type_s[rec[i].category] += k.seconds;
+    }
     e.idle_j = d.idle_w() * e.step_s;
     e.ok = true;
     return e;

@@ -7,6 +7,7 @@
 //   predict::EfficiencyModel e = predict::fit_efficiency(set.samples);
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct DeviceEstimate {
     bool ok = false;
     std::string why_not;  // when !ok: the device lacks a dtype the step uses
     double step_s = 0, dynamic_j = 0, idle_j = 0;
+    std::map<std::string, double> by_type_s;  // step_s per layer type (the records' categories; profile::kLayerTypes)
 };
 DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& d, int64_t image_size, int64_t seq_len);
 

@@ -1,11 +1,14 @@
 #include "report/html_report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
 
 #include "graph/error.hpp"
+#include "predict/device_model.hpp"
+#include "profile/calibrate.hpp"
 #include "profile/report.hpp"
 #include "report/svg.hpp"
 
@@ -51,6 +54,80 @@ void keep_top(BarChart& c, size_t top) {
     c = std::move(out);
 }
 
+std::string percent(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%+.1f %%", v * 100);
+    return b;
+}
+
+// Each CPU configuration's step predicted on p.device beside what it measured: a line per precision and
+// thread count against batch size, the largest configuration's time per layer type, the error in words.
+HtmlSection prediction_section(const profile::Store& db, const std::string& net, const std::vector<const profile::ConfigMetrics*>& configs,
+                               const ProfilePrediction& p) {
+    std::map<int, predict::DeviceModel> models;  // per thread count: a CPU's share of its cores
+    auto model = [&](int threads) -> const predict::DeviceModel& {
+        auto it = models.find(threads);
+        if (it == models.end()) {
+            predict::DeviceModel d = predict::load_device_model(p.device);
+            const hw::DeviceSpec& spec = d.spec();
+            if (spec.kind == "cpu" && spec.cores > 0 && threads > 0) d = predict::load_device_model(p.device, std::min(1.0, double(threads) / double(spec.cores)));
+            it = models.emplace(threads, std::move(d)).first;
+        }
+        return it->second;
+    };
+    std::map<std::string, std::pair<Series, Series>> lines;  // measured, predicted
+    std::set<std::string> seen;  // a configuration stored under both meter kinds: its first record
+    std::string name, how, not_predicted, lo_at, hi_at;
+    double lo = 0, hi = 0, abs_sum = 0;
+    int n = 0;
+    const profile::ConfigMetrics* big = nullptr;
+    profile::DeviceEstimate big_e;
+    for (const profile::ConfigMetrics* m : configs) {
+        const profile::ConfigKey& k = m->config.key;
+        if (k.device != "cpu" || !seen.insert(config_name(k)).second) continue;
+        const predict::DeviceModel& d = model(k.threads);
+        name = d.spec().name;
+        how = d.efficiency() ? "with the efficiency curves of " + d.efficiency()->path : "on the plain roofline (the spec names no efficiency file)";
+        const profile::DeviceEstimate e = profile::estimate_on(db, m->config, d, p.image_size, p.seq_len);
+        if (!e.ok) {
+            not_predicted += (not_predicted.empty() ? "" : "; ") + config_name(k) + ": " + e.why_not;
+            continue;
+        }
+        const std::string line = k.dtype + ", " + std::to_string(k.threads) + " threads";
+        auto& [measured, predicted] = lines[line];
+        measured.name = line + ", measured", predicted.name = line + ", predicted", predicted.modelled = true;
+        measured.x.push_back(double(k.batch)), measured.y.push_back(m->config.step_s * 1e3);
+        predicted.x.push_back(double(k.batch)), predicted.y.push_back(e.step_s * 1e3);
+        const double err = (e.step_s - m->config.step_s) / m->config.step_s;
+        if (n == 0 || err < lo) lo = err, lo_at = config_name(k);
+        if (n == 0 || err > hi) hi = err, hi_at = config_name(k);
+        abs_sum += std::abs(err), ++n;
+        if (!big || k.batch > big->config.key.batch) big = m, big_e = e;
+    }
+    HtmlSection s{net + ": predicted against measured", "", {}};
+    if (n == 0) {
+        s.text = "No configuration of " + net + " could be predicted on " + (name.empty() ? p.device : name) + (not_predicted.empty() ? " (none ran on the cpu)." : ": " + not_predicted + ".");
+        return s;
+    }
+    LinePlot steps{"step time, measured and predicted on " + name, "batch size (images)", "ms per step", "measured and modelled", {}, true};
+    for (auto& [line, pair] : lines) steps.series.push_back(std::move(pair.first)), steps.series.push_back(std::move(pair.second));
+    s.figures.push_back(svg(steps));
+    BarChart types{"time per layer type, measured and predicted on " + name + ", " + config_name(big->config.key), "ms per step", "measured and modelled",
+                   {"measured", "predicted"}, {}, {{}, {}}, {false, true}};
+    for (const char* t : profile::kLayerTypes) {
+        types.stacks.push_back(t);
+        types.values[0].push_back(big->by_type.at(t).seconds * 1e3);
+        const auto it = big_e.by_type_s.find(t);
+        types.values[1].push_back(it == big_e.by_type_s.end() ? 0 : it->second * 1e3);
+    }
+    s.figures.push_back(svg(types));
+    s.text = "Predicted on " + name + " by the cost interface " + how + ", every node in the dtype it ran in (modelled). Step time, (predicted - measured) / measured, over " +
+             std::to_string(n) + " configuration(s): mean |difference| " + percent(abs_sum / n).substr(1) + ", from " + percent(lo) + " (" + lo_at + ") to " + percent(hi) + " (" +
+             hi_at + ")." + " On the CPU the records were measured on, that is the model's error." +
+             (not_predicted.empty() ? "" : " Not predicted: " + not_predicted + ".");
+    return s;
+}
+
 }  // namespace
 
 void write_html(std::ostream& os, const HtmlReport& r) {
@@ -69,7 +146,7 @@ void write_html(std::ostream& os, const HtmlReport& r) {
     if (!os) throw Error("cannot write the report");
 }
 
-HtmlReport profile_report(const profile::Store& db) {
+HtmlReport profile_report(const profile::Store& db, const ProfilePrediction& predicted) {
     HtmlReport r{"joule profile report", db.path(), {}};
     const std::vector<profile::ConfigMetrics> ms = profile::derive_all(db);
     if (ms.empty()) {
@@ -137,6 +214,7 @@ HtmlReport profile_report(const profile::Store& db) {
         s.text = std::to_string(configs.size()) + " configuration(s); time measured on the steady clock, energy " + tag_of(kinds) + " (meter: " +
                  big->config.meter + ").";
         r.sections.push_back(std::move(s));
+        if (!predicted.device.empty()) r.sections.push_back(prediction_section(db, net, configs, predicted));
     }
     return r;
 }
@@ -146,10 +224,14 @@ HtmlReport analyze_report(const nlohmann::json& j, const std::string& source) {
         throw Error(source + ": not the output of joule analyze --json (schema joule.analyze/1)", "make it with joule analyze ... --json > analyze.json");
     try {
         const nlohmann::json& results = j.at("results");
-        if (!results.is_array() || results.empty()) throw Error(source + ": no results in it");
+        if (!results.is_array()) throw Error(source + ": its results are not a list");
         HtmlReport r{"joule analyze report: " + j.at("net").get<std::string>() + ", batch " + std::to_string(j.at("batch").get<int64_t>()) + ", " +
                          j.at("dtype").get<std::string>(),
                      source, {}};
+        if (results.empty()) {
+            r.sections.push_back({"empty sweep", source + " holds no points of the memory-subsystem model, so there is nothing to plot.", {}});
+            return r;
+        }
         // what the sweep varies: capacity, else bandwidth (a single point: capacity)
         bool by_bandwidth = true;
         for (const nlohmann::json& x : results)

@@ -6,6 +6,7 @@
 //   write_html(file, profile_report(db));
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -28,10 +29,19 @@ struct HtmlReport {
 // Throws Error when the stream fails.
 void write_html(std::ostream& os, const HtmlReport& r);
 
+// What profile_report predicts each stored CPU configuration's step on, to draw beside the measured one
+// (the cost interface, every node on that device in the dtype it ran in; modelled). A CPU device gets
+// the configuration's threads as its share of the cores. image_size and seq_len: as the sweep ran.
+struct ProfilePrediction {
+    std::string device;  // a data/hw name, alias or path; "" for none
+    int64_t image_size = 0, seq_len = 128;
+};
+
 // Per net: throughput, GFLOP/s, GFLOPS/W and mJ per image against batch size, a line per precision and
 // thread count; time and energy per layer type per configuration; time and energy per layer of its
-// largest configuration. An empty database gives a report that says so.
-HtmlReport profile_report(const profile::Store& db);
+// largest configuration; with a prediction, the step time predicted against measured per configuration
+// and per layer type. An empty database gives a report that says so.
+HtmlReport profile_report(const profile::Store& db, const ProfilePrediction& predicted = {});
 
 // A `joule analyze --json` run (modelled): traffic per iteration and iteration time against the swept
 // capacity (the knee marked: the smallest capacity that removes 90 % of the traffic capacity can remove)
