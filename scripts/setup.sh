@@ -10,7 +10,8 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
           libdnnl-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev
           dataset-fashion-mnist
           ocl-icd-opencl-dev opencl-headers  # Debian's dnnl-config.cmake finds OpenCL even for a CPU build
-          chromium fonts-liberation)         # the tests render joule report's pages in headless Chromium
+          chromium fonts-liberation          # the tests render joule report's pages in headless Chromium
+          python3-torch)                     # PyTorch 1.13: the tests check the training loop against it
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -56,6 +56,7 @@ struct Case {
     OperandMask keep_f32_outputs = 0;           // bf16 run: outputs left in f32 (f32 weight gradients of a bf16 GEMM)
     bool training = true;
     int runs = 1;          // runs of the graph (step counters: Dropout, Adam)
+    float lr_scale = 1, grad_scale = 1;  // the step's RunContext (optimizer updates)
     bool exact = false;    // backends must agree bit for bit
     double tol = 1;        // tolerance multiplier
 };
@@ -323,6 +324,18 @@ std::vector<Case> make_cases() {
               }, false};
     adam.runs = 3;
     cs.push_back(adam);
+    // AdamW, and SGD with momentum, at a scheduled lr and an accumulated, clipped gradient
+    Case adamw{"AdamUpdate_decoupled_scaled", [=](Graph& g, Fills& f) {
+                   g.add(K::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.05f, true},
+                         {input(g, f, "p", plain({4, 6})), input(g, f, "g", plain({4, 6})), input(g, f, "m", plain({4, 6}), {-0.1, 0.1}),
+                          input(g, f, "v", plain({4, 6}), {0, 0.1})},
+                         "adamw");
+               }, false};
+    adamw.runs = 3, adamw.lr_scale = 0.3f, adamw.grad_scale = 0.25f;
+    cs.push_back(adamw);
+    Case sgd_scaled = sgd_momentum;
+    sgd_scaled.name = "SgdUpdate_momentum_scaled", sgd_scaled.lr_scale = 0.5f, sgd_scaled.grad_scale = 0.2f;
+    cs.push_back(sgd_scaled);
 
     // plan-implied nodes
     auto cast = [&](const std::string& tag, TensorDesc x, DType to) {
@@ -503,7 +516,7 @@ std::optional<Values> run_on(Backend& b, const Graph& graph, const Values& init,
     std::vector<std::unique_ptr<Kernel>> ks;
     for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) ks.push_back(r.prepare(b, n));
     for (int i = 0; i < c.runs; ++i)
-        for (auto& k : ks) k->run({.training = c.training});
+        for (auto& k : ks) k->run({.training = c.training, .lr_scale = c.lr_scale, .grad_scale = c.grad_scale});
     return r.values();
 }
 

@@ -99,6 +99,34 @@ TEST(Cli, TrainRunsAndReports) {
     EXPECT_EQ(all["dtype"], "bf16");
 }
 
+// The loop around the graph: AdamW, gradient accumulation, clipping and a warm-up + cosine schedule
+// (their arithmetic against PyTorch: test_training_loop.cpp), and their bad values.
+TEST(Cli, TrainAccumulatesClipsAndSchedules) {
+    const std::string flags = "train --dataset synthetic --steps 4 --threads 1 --quiet --optimizer adamw --lr 1e-3 --accumulate 3 --clip-norm 1 --lr-warmup 1 "
+                              "--lr-schedule cosine --lr-min 1e-5";
+    const auto j = run_json(flags + " --json");
+    EXPECT_EQ(j["accumulate"], 3);
+    EXPECT_EQ(j["global_batch"], 192);
+    EXPECT_EQ(j["epochs"][0]["steps"], 4);
+    const double last = 1e-5 + (1e-3 - 1e-5) * (1 + std::cos(std::acos(-1.0) * 2 / 3)) / 2;  // step 3: the cosine's second of 3 steps
+    EXPECT_NEAR(j["last_lr"].get<double>(), last, 1e-6 * last);
+    const Result r = run(flags);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("adamw lr 0.001, accumulate 3 (global batch 192), clip norm 1, warm-up 1 steps from 0.01 x lr then cosine to 1e-05"), std::string::npos)
+        << r.out;
+    expect_failure("train --lr-schedule step", "--lr-schedule step needs --lr-step-size N");
+    expect_failure("train --lr-min 1e-5", "--lr-min requires --lr-schedule");
+    expect_failure("train --lr-schedule exp", "--lr-schedule: exp not in {constant,cosine,step}");
+    expect_failure("train --accumulate 0", "--accumulate");
+    expect_failure("train --clip-norm -1", "--clip-norm");
+    expect_failure("train --lr-warmup-start 0", "--lr-warmup-start");
+    expect_failure("train --lr-schedule step --lr-step-size 2 --lr-gamma 2", "--lr-gamma");
+    expect_failure("train --dataset synthetic --steps 5 --lr-schedule cosine --lr-warmup 10", "the run has 5 optimizer step(s) and --lr-warmup is 10");
+    expect_failure("train --dataset synthetic --steps 2 --lr 1e-3 --lr-schedule cosine --lr-min 0.1", "--lr-min must be in [0, --lr]");
+    expect_failure("train --accumulate 1000", "--accumulate 1000 micro-batches per step is more than an epoch's 937 batches of 64");
+    expect_failure("train --optimizer adamw --momentum 0.9", "--momentum applies to --optimizer sgd only");
+}
+
 std::string temp_path(const std::string& name) {
     const std::string d = "/tmp/joule_cli_" + std::to_string(getpid());
     std::system(("mkdir -p " + d).c_str());

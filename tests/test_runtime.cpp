@@ -56,35 +56,39 @@ TEST(Executor, ReusesBuffersAndStillTrainsCorrectly) {
     for (double s : ex.node_seconds()) EXPECT_GE(s, 0.0);
 }
 
-// p, g fixed; one update node; compare with the formula.
-TEST(Updates, SgdMomentumAndAdamFollowPyTorch) {
-    for (int kind = 0; kind < 2; ++kind) {
-        Graph g;
-        const TensorId p = g.parameter("p", {{5}}, Init::normal(1));
-        const TensorId grad = g.parameter("g", {{5}}, Init::normal(1));
-        const TensorId s1 = g.state("s1", {{5}}, Init::zeros()), s2 = g.state("s2", {{5}}, Init::zeros());
-        if (kind == 0) g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f}, {p, grad, s1}, "sgd");
-        else g.add(OpKind::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f}, {p, grad, s1, s2}, "adam");
-        cpu::CpuBackend cpu(1);
-        Executor ex(g, cpu);
-        std::vector<double> w(ex.f32(p), ex.f32(p) + 5), gv(ex.f32(grad), ex.f32(grad) + 5), v(5, 0), mm(5, 0);
-        for (int t = 1; t <= 3; ++t) {
-            ex.run_all();
-            for (int i = 0; i < 5; ++i) {
-                if (kind == 0) {
-                    const double gi = gv[i] + 0.01 * w[i];
-                    v[i] = 0.9 * v[i] + gi;
-                    w[i] -= 0.1 * v[i];
-                } else {
-                    mm[i] = 0.9 * mm[i] + 0.1 * gv[i];
-                    v[i] = 0.999 * v[i] + 0.001 * gv[i] * gv[i];
-                    const double mh = mm[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
-                    w[i] -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+// p, g fixed; one update node; compare with PyTorch's formulas (torch.optim.SGD, Adam, AdamW) at a
+// step's learning-rate scale (a schedule) and gradient scale (accumulation and clipping).
+TEST(Updates, SgdMomentumAdamAndAdamWFollowPyTorch) {
+    for (const auto& [lr_scale, grad_scale] : {std::pair{1.0f, 1.0f}, {0.3f, 0.25f}})
+        for (int kind = 0; kind < 3; ++kind) {
+            Graph g;
+            const TensorId p = g.parameter("p", {{5}}, Init::normal(1));
+            const TensorId grad = g.parameter("g", {{5}}, Init::normal(1));
+            const TensorId s1 = g.state("s1", {{5}}, Init::zeros()), s2 = g.state("s2", {{5}}, Init::zeros());
+            if (kind == 0) g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f}, {p, grad, s1}, "sgd");
+            else g.add(OpKind::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, kind == 2 ? 0.05f : 0.0f, kind == 2}, {p, grad, s1, s2}, "adam");
+            cpu::CpuBackend cpu(1);
+            Executor ex(g, cpu);
+            std::vector<double> w(ex.f32(p), ex.f32(p) + 5), gv(ex.f32(grad), ex.f32(grad) + 5), v(5, 0), mm(5, 0);
+            for (int t = 1; t <= 3; ++t) {
+                ex.run_all({.training = true, .lr_scale = lr_scale, .grad_scale = grad_scale});
+                for (int i = 0; i < 5; ++i) {
+                    const double gi = grad_scale * gv[i];
+                    if (kind == 0) {
+                        v[i] = 0.9 * v[i] + gi + 0.01 * w[i];
+                        w[i] -= 0.1 * lr_scale * v[i];
+                    } else {
+                        const double lr = 0.01 * lr_scale;
+                        if (kind == 2) w[i] *= 1 - lr * 0.05;  // AdamW: decay first, decoupled from the gradient
+                        mm[i] = 0.9 * mm[i] + 0.1 * gi;
+                        v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+                        const double mh = mm[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+                        w[i] -= lr * mh / (std::sqrt(vh) + 1e-8);
+                    }
+                    EXPECT_NEAR(ex.f32(p)[i], w[i], 1e-5) << (kind == 0 ? "sgd" : kind == 1 ? "adam" : "adamw") << " step " << t << " lr scale " << lr_scale;
                 }
-                EXPECT_NEAR(ex.f32(p)[i], w[i], 1e-5) << (kind ? "adam" : "sgd") << " step " << t;
             }
         }
-    }
 }
 
 TEST(Trainer, BadOptionsAreErrors) {

@@ -20,6 +20,10 @@ namespace joule {
 
 struct RunContext {
     bool training = true;  // false: BatchNorm uses running statistics, Dropout is the identity
+    // This step's optimizer hyperparameters (runtime/step.hpp sets them): the learning rate is the
+    // update node's times lr_scale (a schedule), and every update reads its gradient times grad_scale
+    // (1 / micro-batches accumulated, times the global-norm clipping factor).
+    float lr_scale = 1, grad_scale = 1;
 };
 
 struct Support {

@@ -64,7 +64,7 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool wit
     cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(number_in(1, 1 << 20));
     cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(number_in(0));
     cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(number_in(1, 4096));
-    cmd.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str()->check(CLI::IsMember({"sgd", "adam"}));
+    cmd.add_option("--optimizer", o.optimizer, "sgd, adam or adamw (decoupled weight decay)")->capture_default_str()->check(CLI::IsMember({"sgd", "adam", "adamw"}));
     if (with_f16)
         cmd.add_option("--dtype", o.dtype, "precision of the built-in plan: f32, bf16 or f16 (tensors stored in their producer's dtype, casts as nodes)")
             ->capture_default_str()

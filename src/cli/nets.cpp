@@ -20,7 +20,9 @@ TrainGraph train_graph_of(const NetOptions& o) {
     return build_train_graph(std::move(m.graph), m.loss, optimizer_of(o));
 }
 
-OptimizerConfig optimizer_of(const NetOptions& o) { return o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f); }
+OptimizerConfig optimizer_of(const NetOptions& o) {
+    return o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f, o.optimizer == "adamw" ? 0.01f : 0.0f, o.optimizer == "adamw");
+}
 
 predict::DeviceModel load_whole_net_device(const std::string& name, const std::string& flag) {
     predict::DeviceModel d = predict::load_device_model(name);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cores.hpp"
@@ -25,7 +26,11 @@ struct TrainFlags {
     NetOptions net;
     std::string dataset = "fashion-mnist", data_dir;
     int64_t epochs = 1, steps = 0, top = 15, warmup = 1, eval_samples = -1;
-    float lr = 0, momentum = -1, weight_decay = 0;
+    float lr = 0, momentum = -1, weight_decay = -1;
+    int64_t accumulate = 1;
+    double clip_norm = 0;
+    std::string lr_schedule = "constant";
+    LrSchedule schedule;
     int threads = 0;
     uint64_t seed = 1;
     bool json = false, quiet = false, oversubscribe = false;
@@ -34,6 +39,18 @@ struct TrainFlags {
     std::string meter = "auto", device_spec, trace;
     double idle_seconds = 0.5, sample_ms = 10;
 };
+
+// ", accumulate 4 (global batch 256), clip norm 1, warm-up 100 steps then cosine to 0" (nothing for a plain run)
+std::string schedule_str(const TrainOptions& o) {
+    std::ostringstream os;
+    const LrSchedule& s = o.schedule;
+    if (o.accumulate > 1) os << ", accumulate " << o.accumulate << " (global batch " << o.accumulate * o.batch << ")";
+    if (o.clip_norm > 0) os << ", clip norm " << o.clip_norm;
+    if (s.warmup > 0) os << ", warm-up " << s.warmup << " steps from " << s.warmup_start << " x lr";
+    if (s.kind == LrSchedule::Kind::Cosine) os << (s.warmup > 0 ? " then" : ",") << " cosine to " << s.min_lr;
+    if (s.kind == LrSchedule::Kind::Step) os << (s.warmup > 0 ? " then" : ",") << " x" << s.gamma << " every " << s.step_size << " steps";
+    return os.str();
+}
 
 void print_progress(const TrainProgress& p, bool tty) {
     const int width = 30;
@@ -171,7 +188,19 @@ void add_train(CLI::App& app) {
     cmd->add_option("--warmup", f->warmup, "first steps left out of the time table (kernel compilation)")->capture_default_str()->check(number_in(0));
     cmd->add_option("--lr", f->lr, "learning rate (default: 2e-3 for adam, 0.05 for sgd)")->check(positive_number());
     cmd->add_option("--momentum", f->momentum, "SGD momentum (default 0.9)")->check(number_in(0.0, 1.0));
-    cmd->add_option("--weight-decay", f->weight_decay, "L2 weight decay")->check(number_in(0));
+    cmd->add_option("--weight-decay", f->weight_decay, "weight decay: L2 in the gradient (sgd, adam), decoupled (adamw; default 0.01, PyTorch's)")->check(number_in(0));
+    cmd->add_option("--accumulate", f->accumulate, "micro-batches of --batch per optimizer step, their gradients averaged (global batch = accumulate x batch)")
+        ->capture_default_str()
+        ->check(number_in(1, 1 << 20));
+    cmd->add_option("--clip-norm", f->clip_norm, "clip the gradients to this global L2 norm (0: no clipping)")->check(number_in(0));
+    auto* schedule = cmd->add_option("--lr-schedule", f->lr_schedule, "after --lr-warmup: constant, cosine (to --lr-min over the remaining steps) or step (--lr-gamma every --lr-step-size steps)")
+                         ->capture_default_str()
+                         ->check(CLI::IsMember({"constant", "cosine", "step"}));
+    cmd->add_option("--lr-warmup", f->schedule.warmup, "optimizer steps of linear learning-rate warm-up")->check(number_in(0));
+    cmd->add_option("--lr-warmup-start", f->schedule.warmup_start, "the warm-up's first learning rate, as a fraction of --lr")->capture_default_str()->check(number_in(0, 1, true));
+    cmd->add_option("--lr-min", f->schedule.min_lr, "cosine: the last learning rate")->capture_default_str()->check(number_in(0))->needs(schedule);
+    cmd->add_option("--lr-step-size", f->schedule.step_size, "step: optimizer steps between decays")->check(number_in(1))->needs(schedule);
+    cmd->add_option("--lr-gamma", f->schedule.gamma, "step: the decay factor")->capture_default_str()->check(number_in(0, 1, true))->needs(schedule);
     cmd->add_option("--threads", f->threads, "CPU threads (0: all cores this process may run on)")->check(number_in(0));
     cmd->add_flag("--oversubscribe", f->oversubscribe, "allow --threads above the cores this process may run on");
     cmd->add_option("--seed", f->seed, "seed for initialisation and shuffling")->capture_default_str();
@@ -234,12 +263,19 @@ void add_train(CLI::App& app) {
         o.energy_options.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
         o.trace = !f->trace.empty();
         std::ostream* meter_out = f->json ? &std::cerr : &std::cout;
-        o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };        if (f->net.optimizer == "sgd")
-            o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, f->weight_decay);
+        o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };
+        const bool adamw = f->net.optimizer == "adamw";
+        if (f->net.optimizer == "sgd")
+            o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, std::max(f->weight_decay, 0.0f));
         else {
             if (f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
-            o.optimizer = OptimizerConfig::adam(f->lr > 0 ? f->lr : 2e-3f, f->weight_decay);
+            o.optimizer = OptimizerConfig::adam(f->lr > 0 ? f->lr : 2e-3f, f->weight_decay >= 0 ? f->weight_decay : adamw ? 0.01f : 0.0f, adamw);
         }
+        o.accumulate = f->accumulate;
+        o.clip_norm = f->clip_norm;
+        o.schedule = f->schedule;
+        o.schedule.kind = parse_lr_schedule(f->lr_schedule);
+        if (o.schedule.kind == LrSchedule::Kind::Step && o.schedule.step_size == 0) throw Error("--lr-schedule step needs --lr-step-size N");
         // --system --strategy: the planner places the run's own graph; the prediction is kept to set beside what the run got
         std::optional<SystemModel> sys;
         auto placed = std::make_shared<std::optional<Placed>>();
@@ -257,7 +293,7 @@ void add_train(CLI::App& app) {
         const bool tty = isatty(STDERR_FILENO);
         if (!f->json)
             std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
-                      << f->net.optimizer << " lr " << o.optimizer.lr << ", "
+                      << f->net.optimizer << " lr " << o.optimizer.lr << schedule_str(o) << ", "
                       << (!f->system.empty()     ? "strategy " + f->strategy + " on " + sys->system.name
                           : !o.amp.empty()         ? "mixed-precision policy " + o.amp + ", cpu (oneDNN)"
                           : !o.plan_file.empty() ? "plan " + o.plan_file
@@ -283,6 +319,7 @@ void add_train(CLI::App& app) {
         if (o.trace) write_chrome_trace(trace_file, train_trace(r));
         if (f->json) {
             nlohmann::json j = {{"schema", "joule.train/1"}, {"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
+                                {"accumulate", r.accumulate}, {"global_batch", r.batch * r.accumulate}, {"last_lr", r.last_lr},
                                 {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},
                                 {"step_seconds", r.step_seconds}, {"step_modelled_seconds", r.step_modelled_seconds},
                                 {"step_wall_seconds", r.step_wall_seconds}, {"emulation_seconds", r.emulation_seconds}, {"timed_steps", r.timed_steps},

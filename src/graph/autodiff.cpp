@@ -99,7 +99,8 @@ std::map<TensorId, TensorId> differentiate(Graph& g, TensorId output, TensorId s
 OptimizerConfig::Kind parse_optimizer(const std::string& s) {
     if (s == "sgd") return OptimizerConfig::Kind::Sgd;
     if (s == "adam") return OptimizerConfig::Kind::Adam;
-    throw Error("unknown optimizer '" + s + "'", "use sgd or adam");
+    if (s == "adamw") return OptimizerConfig::Kind::AdamW;
+    throw Error("unknown optimizer '" + s + "'", "use sgd, adam or adamw");
 }
 
 TrainGraph build_train_graph(Graph forward, TensorId loss, const OptimizerConfig& opt) {
@@ -132,7 +133,7 @@ TrainGraph build_train_graph(Graph forward, TensorId loss, const OptimizerConfig
         } else {
             const TensorId m = g.state(pname + ".adam_m", pd, Init::zeros());
             const TensorId v = g.state(pname + ".adam_v", pd, Init::zeros());
-            g.add(OpKind::AdamUpdate, AdamAttrs{opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, {p, grad, m, v},
+            g.add(OpKind::AdamUpdate, AdamAttrs{opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.kind == OptimizerConfig::Kind::AdamW}, {p, grad, m, v},
                   pname + ".adam", Phase::Update, g.tensor(p).producer);
         }
     }

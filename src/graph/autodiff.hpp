@@ -49,7 +49,7 @@ private:
 std::map<TensorId, TensorId> differentiate(Graph& g, TensorId output, TensorId seed);
 
 struct OptimizerConfig {
-    enum class Kind : uint8_t { Sgd, Adam } kind = Kind::Sgd;
+    enum class Kind : uint8_t { Sgd, Adam, AdamW } kind = Kind::Sgd;  // AdamW: decoupled weight decay
     float lr = 0.01f;
     float momentum = 0.0f;
     float weight_decay = 0.0f;
@@ -57,9 +57,9 @@ struct OptimizerConfig {
     static OptimizerConfig sgd(float lr, float momentum = 0.0f, float wd = 0.0f) {
         return {Kind::Sgd, lr, momentum, wd};
     }
-    static OptimizerConfig adam(float lr, float wd = 0.0f) {
+    static OptimizerConfig adam(float lr, float wd = 0.0f, bool decoupled = false) {
         OptimizerConfig c;
-        c.kind = Kind::Adam;
+        c.kind = decoupled ? Kind::AdamW : Kind::Adam;
         c.lr = lr;
         c.weight_decay = wd;
         return c;

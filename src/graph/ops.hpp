@@ -108,6 +108,7 @@ struct AdamAttrs {
     float beta2 = 0.999f;
     float eps = 1e-8f;
     float weight_decay = 0.0f;
+    bool decoupled = false;  // AdamW: p *= 1 - lr wd before the step, and the gradient gets no wd p
 };
 
 // Cast(X) = X converted to `to` (round to nearest even); gradient: a cast back.

@@ -200,11 +200,19 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         recorder->begin(ex);
     }
 
-    data::BatchIterator it(real_data ? split.train.size() : std::max<int64_t>(o.batch, o.steps * o.batch), o.batch, true, o.seed);
+    const int64_t k = o.accumulate;  // micro-batches per optimizer step
+    if (k < 1) throw Error("--accumulate must be >= 1, got " + std::to_string(k));
+    data::BatchIterator it(real_data ? split.train.size() : std::max<int64_t>(o.batch * k, o.steps * k * o.batch), o.batch, true, o.seed);
     data::SyntheticData synth(o.seed);
-    int64_t steps_per_epoch = it.batches_per_epoch();
+    int64_t steps_per_epoch = it.batches_per_epoch() / k;
+    if (steps_per_epoch < 1)
+        throw Error("--accumulate " + std::to_string(k) + " micro-batches per step is more than an epoch's " + std::to_string(it.batches_per_epoch()) +
+                        " batches of " + std::to_string(o.batch),
+                    "lower --accumulate or --batch");
     if (!real_data && o.steps == 0) steps_per_epoch = std::min<int64_t>(steps_per_epoch, 20);
     if (o.steps > 0) steps_per_epoch = std::min(steps_per_epoch, o.steps);
+    StepRunner runner(ex, tg, o.optimizer, {.accumulate = k, .clip_norm = o.clip_norm, .schedule = o.schedule, .total_steps = steps_per_epoch * o.epochs});
+    r.accumulate = k;
 
     // at least one timed step: warm-up takes at most all but the last step
     const int64_t warmup = std::min(o.warmup, steps_per_epoch * o.epochs - 1);
@@ -217,25 +225,27 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         double loss_sum = 0;
         const auto t0 = clock::now();
         for (int64_t s = 0; s < steps_per_epoch; ++s) {
-            auto idx = it.next();
-            if (real_data) {
-                split.train.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
-            } else {
-                fill_synthetic(ex, m, synth);
-            }
+            auto feed = [&](int64_t) {
+                auto idx = it.next();
+                if (real_data) split.train.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
+                else fill_synthetic(ex, m, synth);
+            };
+            feed(0);  // the first micro-batch before the step's clock starts; the others inside it
             const bool record = recorder && total_steps >= warmup;
             if (record) recorder->step_begin();
             const bool trace = o.trace && !recorder && total_steps >= warmup;  // (the recorder keeps its spans)
             if (trace) ex.record_spans(&r.traced_steps.emplace_back());
             const auto s0 = clock::now();
             // forward and loss first: a non-finite loss stops training before the update spreads it into the parameters
-            ex.run(0, tg.first_backward, {.training = true});
-            const float loss = ex.f32(tg.loss)[0];
-            if (!std::isfinite(loss))
-                throw Error("step " + std::to_string(s + 1) + " of epoch " + std::to_string(e + 1) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
-                                "; " + diagnose_non_finite(ex, tg.first_backward),
-                            "training diverged: lower --lr (it is " + fmt_lr(o.optimizer.lr) + "), or check the input data");
-            ex.run(tg.first_backward, NodeId(tg.graph.num_nodes()), {.training = true});
+            auto check = [&](float loss) {
+                if (!std::isfinite(loss))
+                    throw Error("step " + std::to_string(s + 1) + " of epoch " + std::to_string(e + 1) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                                    "; " + diagnose_non_finite(ex, tg.first_backward),
+                                "training diverged: lower --lr (it is " + fmt_lr(o.optimizer.lr) + "), or check the input data");
+            };
+            const StepResult sr = runner.step(feed, check);
+            const double loss = sr.loss;
+            r.last_lr = sr.lr;
             if (total_steps >= warmup) timed_wall += std::chrono::duration<double>(clock::now() - s0).count();
             if (record) recorder->step_end();
             if (trace) ex.record_spans(nullptr);
@@ -244,12 +254,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             if (++total_steps == warmup) ex.reset_timing();
             if (on_progress) {
                 const double el = std::chrono::duration<double>(clock::now() - t0).count();
-                on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(er.steps * o.batch) / el});
+                on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(er.steps * k * o.batch) / el, sr.lr});
             }
         }
         er.seconds = std::chrono::duration<double>(clock::now() - t0).count();
         er.loss = loss_sum / double(std::max<int64_t>(er.steps, 1));
-        er.images_per_s = double(er.steps * o.batch) / er.seconds;
+        er.images_per_s = double(er.steps * k * o.batch) / er.seconds;
         r.epochs.push_back(er);
     }
     r.timed_steps = total_steps - warmup;

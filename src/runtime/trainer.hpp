@@ -16,6 +16,7 @@
 #include "graph/tensor_desc.hpp"
 #include "plan/plan.hpp"
 #include "runtime/energy_recorder.hpp"
+#include "runtime/step.hpp"
 #include "zoo/zoo.hpp"
 
 namespace joule {
@@ -36,6 +37,11 @@ struct TrainOptions {
     int64_t image_size = 0;  // synthetic images: 0 = the net's default
     int64_t seq_len = 128;   // BERT nets
     OptimizerConfig optimizer = OptimizerConfig::adam(2e-3f);
+    // The loop around it (runtime/step.hpp): micro-batches of `batch` per optimizer step (steps and
+    // epochs count optimizer steps), gradient clipping by global norm, a learning-rate schedule.
+    int64_t accumulate = 1;
+    double clip_norm = 0;
+    LrSchedule schedule;
     int threads = 0;  // 0: all cores
     // What runs where and in which precision: a plan file, or the built-in precision plan for the cpu
     // (dtype on conv / linear / matmul — autocast's list — or on every op the cpu runs in it).
@@ -64,6 +70,7 @@ struct TrainProgress {
     int64_t epoch, step, steps_per_epoch;
     double loss;            // running mean over the epoch so far
     double images_per_s;    // over the epoch so far
+    double lr = 0;          // this step's learning rate
 };
 
 struct LayerTime {
@@ -91,6 +98,8 @@ struct TrainResult {
     std::string net, dataset, dtype;
     int threads = 0;
     int64_t batch = 0, parameters = 0;
+    int64_t accumulate = 1;  // micro-batches of `batch` per optimizer step
+    double last_lr = 0;      // the last step's learning rate
     std::vector<EpochResult> epochs;
     double test_accuracy = -1;  // < 0: no test set (synthetic data)
     int64_t test_samples = 0;

@@ -1,5 +1,5 @@
-// SGD (momentum, weight decay) and Adam updates as vectorised loops, in place on the parameter and
-// its state (formulas in graph/ops/update.cpp).
+// SGD (momentum, weight decay), Adam and AdamW updates as vectorised loops, in place on the parameter
+// and its state (formulas in graph/ops/update.cpp), at this step's lr_scale and grad_scale (RunContext).
 #include <cmath>
 
 #include "backend/cpu/kernels.hpp"
@@ -13,18 +13,18 @@ std::unique_ptr<Kernel> make_update(const KernelArgs& a) {
     if (a.node.kind == OpKind::SgdUpdate) {
         const auto at = attrs_as<SgdAttrs>(a.node);
         float* v = a.in.size() > 2 ? static_cast<float*>(a.in[2]) : nullptr;
-        return std::make_unique<FunctionKernel>([=](const RunContext&) {
-            const float lr = at.lr, wd = at.weight_decay, mom = at.momentum;
+        return std::make_unique<FunctionKernel>([=](const RunContext& ctx) {
+            const float lr = at.lr * ctx.lr_scale, wd = at.weight_decay, mom = at.momentum, gs = ctx.grad_scale;
             if (v) {
 #pragma omp parallel for simd schedule(static)
                 for (int64_t i = 0; i < n; ++i) {
-                    const float gi = g[i] + wd * p[i];
+                    const float gi = gs * g[i] + wd * p[i];
                     v[i] = mom * v[i] + gi;
                     p[i] -= lr * v[i];
                 }
             } else {
 #pragma omp parallel for simd schedule(static)
-                for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+                for (int64_t i = 0; i < n; ++i) p[i] -= lr * (gs * g[i] + wd * p[i]);
             }
         });
     }
@@ -32,14 +32,17 @@ std::unique_ptr<Kernel> make_update(const KernelArgs& a) {
     float* m = static_cast<float*>(a.in[2]);
     float* v = static_cast<float*>(a.in[3]);
     auto step = std::make_shared<int64_t>(0);
-    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+    return std::make_unique<FunctionKernel>([=](const RunContext& ctx) {
         const int64_t t = ++*step;
-        const float b1 = at.beta1, b2 = at.beta2, wd = at.weight_decay, eps = at.eps;
+        const float lr = at.lr * ctx.lr_scale, gs = ctx.grad_scale;
+        const float b1 = at.beta1, b2 = at.beta2, eps = at.eps;
+        const float wd = at.decoupled ? 0.0f : at.weight_decay, decay = at.decoupled ? 1.0f - lr * at.weight_decay : 1.0f;
         const float c1 = 1.0f - std::pow(b1, float(t)), c2 = 1.0f - std::pow(b2, float(t));
-        const float step_size = at.lr / c1, inv_sqrt_c2 = 1.0f / std::sqrt(c2);
+        const float step_size = lr / c1, inv_sqrt_c2 = 1.0f / std::sqrt(c2);
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; ++i) {
-            const float gi = g[i] + wd * p[i];
+            p[i] *= decay;
+            const float gi = gs * g[i] + wd * p[i];
             m[i] = b1 * m[i] + (1 - b1) * gi;
             v[i] = b2 * v[i] + (1 - b2) * gi * gi;
             p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);

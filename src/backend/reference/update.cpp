@@ -1,7 +1,4 @@
-// Optimizer updates, in place on the parameter and its state (PyTorch's semantics, graph/ops/update.cpp):
-//   SgdUpdate(p, g[, v]):  g' = g + wd p;  v = momentum v + g';  p -= lr v   (p -= lr g' without momentum)
-//   AdamUpdate(p, g, m, v): g' = g + wd p;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
-//                           p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// Optimizer updates, in place on the parameter and its state: the formulas of graph/ops/update.cpp.
 // Adam's step t counts the kernel's runs (1, 2, ...), as every backend counts it. f32 only.
 #include <cmath>
 
@@ -15,15 +12,16 @@ std::unique_ptr<Kernel> make_update(const Op& op) {
         const SgdAttrs a = op.attrs<SgdAttrs>();
         const bool momentum = op.in.size() > 2;
         const Buf v = momentum ? op.in[2] : Buf{};
-        return loop([=](const RunContext&) {
+        return loop([=](const RunContext& ctx) {
+            const double lr = double(a.lr) * double(ctx.lr_scale);
             for (int64_t i = 0; i < p.numel(); ++i) {
-                const double gi = double(g.get(i)) + double(a.weight_decay) * double(p.get(i));
+                const double gi = double(ctx.grad_scale) * double(g.get(i)) + double(a.weight_decay) * double(p.get(i));
                 double step = gi;
                 if (momentum) {
                     v.set(i, double(a.momentum) * double(v.get(i)) + gi);
                     step = v.get(i);
                 }
-                p.set(i, double(p.get(i)) - double(a.lr) * step);
+                p.set(i, double(p.get(i)) - lr * step);
             }
         });
     }
@@ -31,16 +29,17 @@ std::unique_ptr<Kernel> make_update(const Op& op) {
     const AdamAttrs a = op.attrs<AdamAttrs>();
     const Buf m = op.in[2], v = op.in[3];
     auto steps = std::make_shared<int64_t>(0);
-    return loop([=](const RunContext&) {
+    return loop([=](const RunContext& ctx) {
         const int64_t t = ++*steps;
-        const double b1 = a.beta1, b2 = a.beta2;
+        const double lr = double(a.lr) * double(ctx.lr_scale), b1 = a.beta1, b2 = a.beta2;
         const double c1 = 1.0 - std::pow(b1, double(t)), c2 = 1.0 - std::pow(b2, double(t));
         for (int64_t i = 0; i < p.numel(); ++i) {
-            const double gi = double(g.get(i)) + double(a.weight_decay) * double(p.get(i));
+            if (a.decoupled) p.set(i, double(p.get(i)) * (1 - lr * double(a.weight_decay)));
+            const double gi = double(ctx.grad_scale) * double(g.get(i)) + (a.decoupled ? 0.0 : double(a.weight_decay) * double(p.get(i)));
             m.set(i, b1 * double(m.get(i)) + (1 - b1) * gi);
             v.set(i, b2 * double(v.get(i)) + (1 - b2) * gi * gi);
             const double m_hat = double(m.get(i)) / c1, v_hat = double(v.get(i)) / c2;
-            p.set(i, double(p.get(i)) - double(a.lr) * m_hat / (std::sqrt(v_hat) + double(a.eps)));
+            p.set(i, double(p.get(i)) - lr * m_hat / (std::sqrt(v_hat) + double(a.eps)));
         }
     });
 }

@@ -1,7 +1,9 @@
-// Optimizer updates, in place on their parameter and state inputs (PyTorch's semantics):
+// Optimizer updates, in place on their parameter and state inputs (PyTorch's semantics), with lr the
+// node's times the step's lr_scale and g the gradient times the step's grad_scale (RunContext):
 //   SgdUpdate(p, g[, v]):  g' = g + wd p;  v = momentum v + g';  p -= lr v   (p -= lr g' without momentum)
 //   AdamUpdate(p, g, m, v): g' = g + wd p;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
 //                           p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+//   AdamW (AdamUpdate, decoupled): p *= 1 - lr wd first, then Adam's step with g' = g
 #include "graph/ops/rules.hpp"
 
 namespace joule::rules {
