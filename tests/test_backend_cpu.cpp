@@ -240,8 +240,8 @@ TEST(CpuForward, DropoutMaskAndEval) {
     }
     EXPECT_NEAR(double(zeros) / double(n), 0.25, 0.02);
     std::vector<float> first(r.ex->f32(d[1]), r.ex->f32(d[1]) + n);
-    r.ex->run_all();
-    EXPECT_NE(first, std::vector<float>(r.ex->f32(d[1]), r.ex->f32(d[1]) + n)) << "a new mask every step";
+    r.ex->run_all({.training = true, .run = 1});
+    EXPECT_NE(first, std::vector<float>(r.ex->f32(d[1]), r.ex->f32(d[1]) + n)) << "a new mask every run (RunContext::run)";
     r.ex->run_forward({.training = false});
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(r.ex->f32(d[0])[i], 1.0f);
 }

@@ -516,7 +516,7 @@ std::optional<Values> run_on(Backend& b, const Graph& graph, const Values& init,
     std::vector<std::unique_ptr<Kernel>> ks;
     for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) ks.push_back(r.prepare(b, n));
     for (int i = 0; i < c.runs; ++i)
-        for (auto& k : ks) k->run({.training = c.training, .lr_scale = c.lr_scale, .grad_scale = c.grad_scale});
+        for (auto& k : ks) k->run({.training = c.training, .lr_scale = c.lr_scale, .grad_scale = c.grad_scale, .run = uint64_t(i), .step = i + 1});
     return r.values();
 }
 

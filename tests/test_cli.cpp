@@ -134,6 +134,85 @@ std::string temp_path(const std::string& name) {
     return d + "/" + name;
 }
 
+// Checkpoints: a run killed after step k and resumed from its last checkpoint ends exactly where an
+// uninterrupted run ends (losses and test accuracy bit for bit), also when it was killed while writing a
+// checkpoint (the previous one survives); Adam's step, dropout's masks, gradient accumulation and the
+// synthetic data's generator resume too. Bad checkpoints are clear errors.
+TEST(Cli, TrainCheckpointsAndResumesExactly) {
+    auto dir = [](const std::string& name) {
+        const std::string d = temp_path(name);
+        std::system(("rm -rf " + d).c_str());
+        return d;
+    };
+    auto killed = [](const std::string& env, const std::string& args) {
+        return std::system((env + " " + JOULE_BINARY + " " + args + " > /dev/null 2>&1").c_str());
+    };
+    struct Run {
+        std::string flags;
+        int kill_after, kill_writing;  // optimizer steps
+    };
+    for (const Run& run_case : {Run{"train --steps 5 --epochs 2 --threads 1 --quiet --eval-samples 300 --json", 7, 4},
+                                Run{"train --net bert-tiny --dataset synthetic --batch 2 --seq-len 8 --steps 3 --epochs 2 --accumulate 2 --optimizer adamw "
+                                    "--threads 1 --quiet --json",
+                                    4, 4}}) {
+        const std::string& flags = run_case.flags;
+        const std::string a = dir("ckA"), b = dir("ckB"), c = dir("ckC");
+        const auto whole = run_json(flags + " --checkpoint " + a + " --checkpoint-every 2");
+        ASSERT_EQ(whole["epochs"].size(), 2u) << flags;
+        EXPECT_GE(whole["checkpoints"].get<int>(), 3) << flags;
+        // killed after a step (its last checkpoint two steps back at most), then resumed
+        EXPECT_NE(killed("JOULE_FAULT_KILL_AFTER_STEP=" + std::to_string(run_case.kill_after), flags + " --checkpoint " + b + " --checkpoint-every 2"), 0);
+        const auto resumed = run_json(flags + " --resume " + b);
+        ASSERT_FALSE(resumed["epochs"].empty()) << flags;
+        EXPECT_EQ(resumed["resumed_at_step"], run_case.kill_after / 2 * 2) << flags;
+        EXPECT_EQ(resumed["epochs"].back()["loss"].get<double>(), whole["epochs"][1]["loss"].get<double>()) << flags << ": bit for bit";
+        if (whole.contains("test_accuracy")) {
+            EXPECT_EQ(resumed["test_accuracy"], whole["test_accuracy"]) << flags;
+        }
+        // killed half-way through writing a checkpoint: the one before it is whole
+        EXPECT_NE(killed("JOULE_FAULT_KILL_WRITING_CHECKPOINT=" + std::to_string(run_case.kill_writing), flags + " --checkpoint " + c + " --checkpoint-every 2"), 0);
+        EXPECT_EQ(access((c + "/checkpoint.bin.tmp").c_str(), F_OK), 0) << "the half-written file";
+        const auto again = run_json(flags + " --resume " + c);
+        EXPECT_EQ(again["resumed_at_step"], run_case.kill_writing - 2) << flags;
+        ASSERT_EQ(again["epochs"].size(), 2u) << flags;
+        for (size_t e = 0; e < 2; ++e) EXPECT_EQ(again["epochs"][e]["loss"].get<double>(), whole["epochs"][e]["loss"].get<double>()) << flags << " epoch " << e;
+    }
+    // bad checkpoints
+    const std::string base = "train --threads 1 --quiet --eval-samples 0", flags = base + " --steps 5 --epochs 2", good = dir("ckGood");
+    ASSERT_EQ(run(base + " --steps 2 --epochs 1 --checkpoint " + good).code, 0);
+    expect_failure(flags + " --resume " + good + " --net bert-tiny --dataset synthetic --seq-len 8", "is of a run with net \"lenet5\", this run has \"bert-tiny\"");
+    expect_failure(flags + " --resume " + good + " --dataset synthetic", "is of a run with dataset \"fashion-mnist\", this run has \"synthetic\"");
+    expect_failure(flags + " --resume " + good + " --batch 32", "is of a run with batch 64, this run has 32");
+    expect_failure(base + " --steps 1 --resume " + good, "the checkpoint is at step 2 of an epoch, this run's epochs have 1");
+    expect_failure(base + " --steps 2 --epochs 1 --resume " + good, "nothing left to train");
+    // a checkpoint at an epoch's end (as without --checkpoint-every) goes on with the next epoch
+    const auto next = run_json(base + " --steps 2 --epochs 2 --json --resume " + good), both = run_json(base + " --steps 2 --epochs 2 --json");
+    EXPECT_EQ(next["first_epoch"], 2);
+    ASSERT_EQ(next["epochs"].size(), 1u);
+    EXPECT_EQ(next["epochs"][0]["loss"].get<double>(), both["epochs"][1]["loss"].get<double>());
+    expect_failure(flags + " --resume " + dir("ckMissing"), "no checkpoint there");
+    expect_failure(flags + " --checkpoint-every 2", "--checkpoint-every requires --checkpoint");
+    expect_failure(flags + " --checkpoint /proc/joule-ck", "--checkpoint /proc/joule-ck: cannot create the directory");
+    std::ifstream in(good + "/checkpoint.bin", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    auto mangled = [&](const std::string& name, const std::string& content) {
+        const std::string d = dir(name);
+        std::system(("mkdir -p " + d).c_str());
+        std::ofstream(d + "/checkpoint.bin", std::ios::binary) << content;
+        return d;
+    };
+    std::string flipped = bytes;
+    flipped[flipped.size() / 2] ^= 0x40;
+    expect_failure(flags + " --resume " + mangled("ckFlip", flipped), "is corrupt or truncated (checksum mismatch)");
+    expect_failure(flags + " --resume " + mangled("ckCut", bytes.substr(0, bytes.size() / 2)), "is corrupt or truncated");
+    expect_failure(flags + " --resume " + mangled("ckHead", bytes.substr(0, 100)), "is truncated");
+    expect_failure(flags + " --resume " + mangled("ckText", "not a checkpoint"), "is not a joule checkpoint");
+    std::string other_version = bytes;
+    const size_t v = other_version.find("\"joule\":\"") + 9;
+    other_version[v] = other_version[v] == '9' ? '8' : '9';
+    expect_failure(flags + " --resume " + mangled("ckVersion", other_version), "was written by joule 9");
+}
+
 TEST(Cli, TrainEnergyReportsPerLayerEnergy) {
     const Result r = run("train --energy --steps 10 --threads 2 --idle-seconds 0.1" + std::string(kSpec));
     EXPECT_EQ(r.code, 0) << r.out;

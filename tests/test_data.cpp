@@ -132,3 +132,36 @@ TEST(BatchIterator, ShufflesAndCoversEachSampleOnce) {
 
 }  // namespace
 }  // namespace joule::data
+
+namespace joule::data {
+namespace {
+
+// A checkpoint's data order: an iterator and a generator restored from their state continue as the
+// originals do; a state of another dataset, or not one at all, is an Error.
+TEST(BatchIterator, StateRestoresTheOrderAndGenerator) {
+    BatchIterator a(50, 8, true, 3);
+    a.next(), a.next();
+    BatchIterator b(50, 8, true, 99);
+    b.set_state(a.state());
+    for (int epoch = 0; epoch < 2; ++epoch) {
+        while (auto x = a.next()) EXPECT_EQ(*x, *b.next());
+        EXPECT_FALSE(b.next());
+        a.reset(), b.reset();
+    }
+    SyntheticData s(5), t(6);
+    std::vector<float> u(10), v(10);
+    s.fill_normal(u.data(), 3);
+    t.set_state(s.state());
+    s.fill_normal(u.data(), 10), t.fill_normal(v.data(), 10);
+    EXPECT_EQ(u, v);
+    BatchIterator other(40, 8, true, 3);
+    test::expect_error([&] { other.set_state(a.state()); }, "a data order of 50 samples, not of this dataset's 40");
+    test::expect_error([&] { other.set_state("garbage"); }, "not of this dataset's 40");
+    std::string bad_index = a.state();
+    bad_index.replace(bad_index.rfind(' '), std::string::npos, " 77");
+    test::expect_error([&] { b.set_state(bad_index); }, "not of this dataset's 50");
+    test::expect_error([&] { t.set_state("x"); }, "not a synthetic data generator's state");
+}
+
+}  // namespace
+}  // namespace joule::data

@@ -71,7 +71,7 @@ TEST(Updates, SgdMomentumAdamAndAdamWFollowPyTorch) {
             Executor ex(g, cpu);
             std::vector<double> w(ex.f32(p), ex.f32(p) + 5), gv(ex.f32(grad), ex.f32(grad) + 5), v(5, 0), mm(5, 0);
             for (int t = 1; t <= 3; ++t) {
-                ex.run_all({.training = true, .lr_scale = lr_scale, .grad_scale = grad_scale});
+                ex.run_all({.training = true, .lr_scale = lr_scale, .grad_scale = grad_scale, .step = t});
                 for (int i = 0; i < 5; ++i) {
                     const double gi = grad_scale * gv[i];
                     if (kind == 0) {

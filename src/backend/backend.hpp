@@ -24,6 +24,11 @@ struct RunContext {
     // update node's times lr_scale (a schedule), and every update reads its gradient times grad_scale
     // (1 / micro-batches accumulated, times the global-norm clipping factor).
     float lr_scale = 1, grad_scale = 1;
+    // Which pass this is, for kernels whose result depends on it; the runtime keeps the counts, so a
+    // checkpoint holds them: `run` numbers a training run's forward/backward passes (Dropout's mask),
+    // `step` its optimizer steps from 1 (Adam's bias correction).
+    uint64_t run = 0;
+    int64_t step = 1;
 };
 
 struct Support {

@@ -29,7 +29,8 @@ struct TrainFlags {
     float lr = 0, momentum = -1, weight_decay = -1;
     int64_t accumulate = 1;
     double clip_norm = 0;
-    std::string lr_schedule = "constant";
+    std::string lr_schedule = "constant", checkpoint, resume;
+    int64_t checkpoint_every = 0;
     LrSchedule schedule;
     int threads = 0;
     uint64_t seed = 1;
@@ -229,6 +230,11 @@ void add_train(CLI::App& app) {
         ->needs(energy);
     cmd->add_option("--eval-samples", f->eval_samples, "evaluate test accuracy on at most the first N test images (0: no evaluation; default: all)")
         ->check(number_in(0));
+    auto* checkpoint = cmd->add_option("--checkpoint", f->checkpoint, "write checkpoints (parameters, optimizer state, step, data order, RNG states) into this directory, atomically");
+    cmd->add_option("--checkpoint-every", f->checkpoint_every, "a checkpoint every N optimizer steps and after the last (default: at the end of each epoch)")
+        ->check(number_in(1))
+        ->needs(checkpoint);
+    cmd->add_option("--resume", f->resume, "continue the run whose checkpoint is in this directory (same flags; it continues exactly)");
     cmd->add_option("--trace", f->trace, "write every timed step's node spans (and, with --energy, power) as a Chrome trace (Perfetto, chrome://tracing)");
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
     cmd->add_flag("--quiet", f->quiet, "no progress bars");
@@ -271,6 +277,7 @@ void add_train(CLI::App& app) {
             if (f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
             o.optimizer = OptimizerConfig::adam(f->lr > 0 ? f->lr : 2e-3f, f->weight_decay >= 0 ? f->weight_decay : adamw ? 0.01f : 0.0f, adamw);
         }
+        o.checkpoint_dir = f->checkpoint, o.checkpoint_every = f->checkpoint_every, o.resume_dir = f->resume;
         o.accumulate = f->accumulate;
         o.clip_norm = f->clip_norm;
         o.schedule = f->schedule;
@@ -320,6 +327,7 @@ void add_train(CLI::App& app) {
         if (f->json) {
             nlohmann::json j = {{"schema", "joule.train/1"}, {"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
                                 {"accumulate", r.accumulate}, {"global_batch", r.batch * r.accumulate}, {"last_lr", r.last_lr},
+                                {"resumed_at_step", r.resumed_at_step}, {"first_epoch", r.first_epoch + 1}, {"checkpoints", r.checkpoints},
                                 {"parameters", r.parameters}, {"plan", r.plan}, {"casts", r.casts}, {"transfers", r.transfers},
                                 {"step_seconds", r.step_seconds}, {"step_modelled_seconds", r.step_modelled_seconds},
                                 {"step_wall_seconds", r.step_wall_seconds}, {"emulation_seconds", r.emulation_seconds}, {"timed_steps", r.timed_steps},
@@ -355,8 +363,11 @@ void add_train(CLI::App& app) {
             std::cout << j.dump(2) << '\n';
             return;
         }
+        if (!o.resume_dir.empty()) std::cout << "resumed from " << o.resume_dir << " after optimizer step " << r.resumed_at_step << "\n";
+        if (r.checkpoints > 0) std::cout << "wrote " << r.checkpoints << " checkpoint(s) to " << o.checkpoint_dir << "/checkpoint.bin\n";
+        const size_t first_epoch = size_t(r.first_epoch);
         for (size_t e = 0; e < r.epochs.size(); ++e)
-            std::cout << "epoch " << e + 1 << ": mean loss " << fixed(r.epochs[e].loss, 4) << ", " << fixed(r.epochs[e].images_per_s, 0)
+            std::cout << "epoch " << first_epoch + e + 1 << ": mean loss " << fixed(r.epochs[e].loss, 4) << ", " << fixed(r.epochs[e].images_per_s, 0)
                       << " img/s, " << fixed(r.epochs[e].seconds, 1) << " s (measured)\n";
         if (r.test_accuracy >= 0)
             std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << " % on " << r.test_samples << " images\n";

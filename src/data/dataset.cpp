@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <sstream>
 
 #include "data/idx.hpp"
 #include "graph/error.hpp"
@@ -65,6 +66,38 @@ void BatchIterator::reset() {
 }
 
 int64_t BatchIterator::batches_per_epoch() const { return keep_partial_ ? (samples_ + batch_ - 1) / batch_ : samples_ / batch_; }
+
+std::string BatchIterator::state() const {
+    std::ostringstream os;
+    os << samples_ << ' ' << pos_ << ' ' << rng_;
+    for (int64_t i : order_) os << ' ' << i;
+    return os.str();
+}
+
+void BatchIterator::set_state(const std::string& s) {
+    std::istringstream is(s);
+    int64_t samples = 0, pos = 0;
+    std::mt19937_64 rng;
+    std::vector<int64_t> order(static_cast<size_t>(samples_));
+    is >> samples >> pos >> rng;
+    for (int64_t& i : order) is >> i;
+    const bool in_range = std::all_of(order.begin(), order.end(), [&](int64_t i) { return i >= 0 && i < samples_; });
+    if (!is || samples != samples_ || pos < 0 || pos > samples_ || !in_range || !(is >> std::ws).eof())
+        throw Error("a data order of " + std::to_string(samples) + " samples, not of this dataset's " + std::to_string(samples_));
+    pos_ = pos, rng_ = rng, order_ = std::move(order);
+}
+
+std::string SyntheticData::state() const {
+    std::ostringstream os;
+    os << rng_;
+    return os.str();
+}
+
+void SyntheticData::set_state(const std::string& s) {
+    std::istringstream is(s);
+    is >> rng_;
+    if (!is) throw Error("not a synthetic data generator's state");
+}
 
 std::optional<std::vector<int64_t>> BatchIterator::next() {
     if (pos_ >= samples_ || (!keep_partial_ && pos_ + batch_ > samples_)) return std::nullopt;

@@ -45,6 +45,10 @@ public:
     std::optional<std::vector<int64_t>> next();
     void reset();  // next epoch (reshuffles)
     int64_t batches_per_epoch() const;
+    // Its whole state (order, position, generator) as text, and back (a checkpoint's data order);
+    // set_state throws Error for text that is not one of this iterator's states.
+    std::string state() const;
+    void set_state(const std::string& s);
 
 private:
     int64_t samples_, batch_;
@@ -60,6 +64,8 @@ public:
     explicit SyntheticData(uint64_t seed) : rng_(seed) {}
     void fill_normal(float* p, int64_t n);
     void fill_uniform_int(int32_t* p, int64_t n, int32_t limit);
+    std::string state() const;  // the generator's state as text, and back (checkpoints)
+    void set_state(const std::string& s);
 
 private:
     std::mt19937_64 rng_;

@@ -176,7 +176,7 @@ inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
-// Whether dropout keeps element i at a step whose base is mix64(stream + step), for drop probability p.
+// Whether dropout keeps element i in a run whose base is mix64(stream + RunContext::run), for drop probability p.
 inline bool dropout_keeps(uint64_t step_base, int64_t i, float p) {
     return mix64(step_base + uint64_t(i)) >= uint64_t(double(p) * 18446744073709551615.0);
 }

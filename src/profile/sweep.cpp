@@ -138,16 +138,18 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                     Executor ex(pm.lowered, backends, {{}, 1});
                     data::SyntheticData synth(1);
                     auto feed = [&] { fill_synthetic(ex, m, synth); };
+                    int64_t steps = 0;  // a training run's: fresh dropout masks and Adam's bias correction each step
+                    auto run = [&] { ex.run_all({.training = true, .run = uint64_t(steps), .step = steps + 1}), ++steps; };
                     for (int64_t i = 0; i < o.warmup; ++i) {
                         feed();
-                        ex.run_all();
+                        run();
                     }
                     EnergyRecorder rec(meter, o.energy);
                     rec.begin(ex);
                     for (int64_t i = 0; i < o.iters; ++i) {
                         feed();
                         rec.step_begin();
-                        ex.run_all();
+                        run();
                         rec.step_end();
                     }
                     const EnergyResult e = rec.finish(g);

@@ -56,6 +56,7 @@ public:
     float* f32(TensorId t);  // an f32 tensor's buffer
     int32_t* i32(TensorId t);
     void* data(TensorId t) { return ptr_[size_t(t)]; }
+    const void* data(TensorId t) const { return ptr_[size_t(t)]; }
     std::vector<float> read_f32(TensorId t) const;  // any floating-point tensor, widened to f32
 
     const Graph& graph() const { return g_; }

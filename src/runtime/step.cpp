@@ -66,11 +66,12 @@ StepResult StepRunner::step(const std::function<void(int64_t)>& feed, const std:
     const int64_t k = o_.accumulate;
     for (int64_t i = 0; i < k; ++i) {
         if (i > 0) feed(i);
-        ex_.run(0, tg_.first_backward, {.training = true});
+        const RunContext pass{.training = true, .run = runs_++, .step = t_ + 1};
+        ex_.run(0, tg_.first_backward, pass);
         const float loss = ex_.f32(tg_.loss)[0];
         if (check) check(loss);
         r.loss += double(loss) / double(k);
-        ex_.run(tg_.first_backward, tg_.first_update, {.training = true});
+        ex_.run(tg_.first_backward, tg_.first_update, pass);
         if (k == 1) break;
         // the sum so far: kept aside while the next micro-batch's backward overwrites the gradients, and
         // added back into them after the last one (one pass per micro-batch, as PyTorch's .grad += does)
@@ -103,7 +104,7 @@ StepResult StepRunner::step(const std::function<void(int64_t)>& feed, const std:
         scale *= r.clip;
     }
     r.lr = o_.schedule.lr(t_, o_.total_steps, base_lr_);
-    ex_.run(tg_.first_update, end, {.training = true, .lr_scale = float(r.lr / base_lr_), .grad_scale = float(scale)});
+    ex_.run(tg_.first_update, end, {.training = true, .lr_scale = float(r.lr / base_lr_), .grad_scale = float(scale), .step = t_ + 1});
     ++t_;
     return r;
 }

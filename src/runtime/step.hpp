@@ -62,6 +62,9 @@ public:
     // step, as with no accumulation); feed(i) fills micro-batch i >= 1.
     StepResult step(const std::function<void(int64_t micro)>& feed, const std::function<void(float loss)>& check = {});
     int64_t steps_done() const { return t_; }
+    uint64_t passes_done() const { return runs_; }  // forward/backward passes (micro-batches)
+    // Where a resumed run continues (a checkpoint's counts): the next step's Adam correction and dropout masks.
+    void resume_at(int64_t steps_done, uint64_t passes_done) { t_ = steps_done, runs_ = passes_done; }
 
 private:
     Executor& ex_;
@@ -72,6 +75,7 @@ private:
     std::vector<int64_t> sizes_;
     std::vector<std::vector<float>> sums_;   // accumulate > 1: micro-batches' gradients so far
     int64_t t_ = 0;
+    uint64_t runs_ = 0;
 };
 
 }  // namespace joule

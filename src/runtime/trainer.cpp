@@ -1,6 +1,8 @@
 #include "runtime/trainer.hpp"
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -12,6 +14,7 @@
 #include "hw/device_spec.hpp"
 #include "plan/amp.hpp"
 #include "plan/passes.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/executor.hpp"
 #include "zoo/zoo.hpp"
 
@@ -214,17 +217,57 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     StepRunner runner(ex, tg, o.optimizer, {.accumulate = k, .clip_norm = o.clip_norm, .schedule = o.schedule, .total_steps = steps_per_epoch * o.epochs});
     r.accumulate = k;
 
+    // checkpoints: what the run is, and, resuming, where it stood
+    if (o.checkpoint_every < 0) throw Error("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
+    if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);
+    const CheckpointState identity{o.net, o.dataset, plan.name, o.batch, k, o.seed};
+    int64_t start_epoch = 0, start_step = 0;
+    double start_loss_sum = 0;
+    if (!o.resume_dir.empty()) {
+        const CheckpointState c = read_checkpoint(o.resume_dir, ex, identity);
+        try {
+            it.set_state(c.data_order);
+            synth.set_state(c.synthetic);
+        } catch (const Error& e) {
+            throw Error("--resume " + o.resume_dir + ": " + e.what(), "resume with the flags of the run that wrote it");
+        }
+        if (c.step_in_epoch > steps_per_epoch)
+            throw Error("--resume " + o.resume_dir + ": the checkpoint is at step " + std::to_string(c.step_in_epoch) + " of an epoch, this run's epochs have " +
+                            std::to_string(steps_per_epoch),
+                        "resume with the --steps of the run that wrote it");
+        if (c.epoch * steps_per_epoch + c.step_in_epoch >= o.epochs * steps_per_epoch)
+            throw Error("--resume " + o.resume_dir + ": the checkpoint is at the end of this run (epoch " + std::to_string(c.epoch + 1) + ", step " +
+                            std::to_string(c.step_in_epoch) + "): nothing left to train",
+                        "raise --epochs to train further");
+        runner.resume_at(c.steps_done, c.passes_done);
+        start_epoch = c.epoch, start_step = c.step_in_epoch, start_loss_sum = c.epoch_loss_sum;
+        if (start_step == steps_per_epoch) ++start_epoch, start_step = 0, start_loss_sum = 0;  // written at an epoch's end: the next one
+        r.resumed_at_step = c.steps_done, r.first_epoch = start_epoch;
+    }
+    auto checkpoint = [&](int64_t e, int64_t next_step, double loss_sum) {
+        CheckpointState c = identity;
+        c.epoch = e, c.step_in_epoch = next_step, c.steps_done = runner.steps_done(), c.passes_done = runner.passes_done(), c.epoch_loss_sum = loss_sum;
+        c.data_order = it.state(), c.synthetic = synth.state();
+        write_checkpoint(o.checkpoint_dir, ex, c);
+        ++r.checkpoints;
+    };
+    const char* kill_after = std::getenv("JOULE_FAULT_KILL_AFTER_STEP");  // fault injection for the tests: a crash after that optimizer step
+
     // at least one timed step: warm-up takes at most all but the last step
-    const int64_t warmup = std::min(o.warmup, steps_per_epoch * o.epochs - 1);
-    int64_t total_steps = 0;
+    const int64_t to_run = steps_per_epoch * (o.epochs - start_epoch) - start_step;
+    const int64_t warmup = std::min(o.warmup, to_run - 1);
+    int64_t total_steps = 0;  // run by this process
     double timed_wall = 0;
     using clock = std::chrono::steady_clock;
-    for (int64_t e = 0; e < o.epochs; ++e) {
-        it.reset();
+    for (int64_t e = start_epoch; e < o.epochs; ++e) {
+        const bool resumed = start_step > 0 && e == start_epoch;  // resumed mid-epoch: its data order restored
+        if (!resumed) it.reset();
         EpochResult er;
-        double loss_sum = 0;
+        double loss_sum = resumed ? start_loss_sum : 0;
+        int64_t here = 0;  // steps of the epoch run by this process
+        er.steps = resumed ? start_step : 0;
         const auto t0 = clock::now();
-        for (int64_t s = 0; s < steps_per_epoch; ++s) {
+        for (int64_t s = resumed ? start_step : 0; s < steps_per_epoch; ++s) {
             auto feed = [&](int64_t) {
                 auto idx = it.next();
                 if (real_data) split.train.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
@@ -250,16 +293,20 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             if (record) recorder->step_end();
             if (trace) ex.record_spans(nullptr);
             loss_sum += loss;
-            ++er.steps;
+            ++er.steps, ++here;
             if (++total_steps == warmup) ex.reset_timing();
+            const bool last = e + 1 == o.epochs && s + 1 == steps_per_epoch;
+            if (!o.checkpoint_dir.empty() && (o.checkpoint_every > 0 ? runner.steps_done() % o.checkpoint_every == 0 || last : s + 1 == steps_per_epoch))
+                checkpoint(e, s + 1, loss_sum);
+            if (kill_after && std::atoll(kill_after) == runner.steps_done()) std::raise(SIGKILL);
             if (on_progress) {
                 const double el = std::chrono::duration<double>(clock::now() - t0).count();
-                on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(er.steps * k * o.batch) / el, sr.lr});
+                on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(here * k * o.batch) / el, sr.lr});
             }
         }
         er.seconds = std::chrono::duration<double>(clock::now() - t0).count();
         er.loss = loss_sum / double(std::max<int64_t>(er.steps, 1));
-        er.images_per_s = double(er.steps * k * o.batch) / er.seconds;
+        er.images_per_s = double(here * k * o.batch) / er.seconds;
         r.epochs.push_back(er);
     }
     r.timed_steps = total_steps - warmup;

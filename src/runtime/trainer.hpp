@@ -42,6 +42,10 @@ struct TrainOptions {
     int64_t accumulate = 1;
     double clip_norm = 0;
     LrSchedule schedule;
+    // Checkpoints (runtime/checkpoint.hpp): into checkpoint_dir every checkpoint_every optimizer steps and
+    // after the last (0: at the end of each epoch); resume_dir: continue the run a checkpoint holds.
+    std::string checkpoint_dir, resume_dir;
+    int64_t checkpoint_every = 0;
     int threads = 0;  // 0: all cores
     // What runs where and in which precision: a plan file, or the built-in precision plan for the cpu
     // (dtype on conv / linear / matmul — autocast's list — or on every op the cpu runs in it).
@@ -100,6 +104,9 @@ struct TrainResult {
     int64_t batch = 0, parameters = 0;
     int64_t accumulate = 1;  // micro-batches of `batch` per optimizer step
     double last_lr = 0;      // the last step's learning rate
+    int64_t resumed_at_step = 0;  // optimizer steps a resumed checkpoint had done
+    int64_t first_epoch = 0;      // epochs[0]'s index: a resumed run's start at its checkpoint's epoch
+    int64_t checkpoints = 0;      // written
     std::vector<EpochResult> epochs;
     double test_accuracy = -1;  // < 0: no test set (synthetic data)
     int64_t test_samples = 0;

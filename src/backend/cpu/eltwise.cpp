@@ -1,5 +1,5 @@
 // Activations (oneDNN eltwise forward/backward), Add/Mul (oneDNN binary) and Dropout (a counter-based
-// RNG loop, f32 or bf16: the mask of element i at step t is graph/ops.hpp's dropout_keeps, the same on
+// RNG loop, f32 or bf16: the mask of element i in run t (RunContext::run) is graph/ops.hpp's dropout_keeps, the same on
 // every backend).
 #include <cstring>
 
@@ -88,7 +88,6 @@ std::unique_ptr<Kernel> make_dropout(const KernelArgs& a) {
     const bool bf16 = a.in_desc(0).dtype == DType::BF16;
     const size_t bytes = a.in_desc(0).bytes();
     void *x = a.in[0], *y = a.out[0], *mask = a.out[1];
-    auto step = std::make_shared<uint64_t>(0);
     const uint64_t stream = dropout_stream(a.node);
     return std::make_unique<FunctionKernel>([=](const RunContext& rc) {
         if (!rc.training || at.p == 0.0f) {
@@ -97,7 +96,7 @@ std::unique_ptr<Kernel> make_dropout(const KernelArgs& a) {
             else std::fill_n(static_cast<float*>(mask), n, 1.0f);
             return;
         }
-        const uint64_t base = mix64(stream + (*step)++);
+        const uint64_t base = mix64(stream + rc.run);
         if (bf16) dropout_loop(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), static_cast<uint16_t*>(mask), n, base, at.p);
         else dropout_loop(static_cast<const float*>(x), static_cast<float*>(y), static_cast<float*>(mask), n, base, at.p);
     });

@@ -31,9 +31,8 @@ std::unique_ptr<Kernel> make_update(const KernelArgs& a) {
     const auto at = attrs_as<AdamAttrs>(a.node);
     float* m = static_cast<float*>(a.in[2]);
     float* v = static_cast<float*>(a.in[3]);
-    auto step = std::make_shared<int64_t>(0);
     return std::make_unique<FunctionKernel>([=](const RunContext& ctx) {
-        const int64_t t = ++*step;
+        const int64_t t = ctx.step;
         const float lr = at.lr * ctx.lr_scale, gs = ctx.grad_scale;
         const float b1 = at.beta1, b2 = at.beta2, eps = at.eps;
         const float wd = at.decoupled ? 0.0f : at.weight_decay, decay = at.decoupled ? 1.0f - lr * at.weight_decay : 1.0f;

@@ -1,7 +1,7 @@
 // Activations f(x) and their backward dY * f'(X), Add, Mul and Dropout, one element at a time.
 // Derivatives at the kinks follow PyTorch: relu'(0) = 0, relu6'(x) = 1 only for 0 < x < 6.
-// Dropout's mask is graph/ops.hpp's counter-based hash of (stream, step, storage position), with the
-// step counted per kernel like every backend does, so masks are bit-identical across backends.
+// Dropout's mask is graph/ops.hpp's counter-based hash of (stream, the RunContext's run, storage
+// position), so masks are bit-identical across backends and a resumed run draws the same ones.
 #include <cmath>
 
 #include "backend/reference/kernels.hpp"
@@ -45,16 +45,15 @@ std::unique_ptr<Kernel> dropout(const Op& op) {
     const float p = op.attrs<DropoutAttrs>().p;
     const Buf x = op.in[0], y = op.out[0], mask = op.out[1];
     const uint64_t stream = dropout_stream(op.node);
-    auto step = std::make_shared<uint64_t>(0);
     return loop([=](const RunContext& rc) {
-        if (!rc.training || p == 0.0f) {  // identity, mask 1 (no step consumed)
+        if (!rc.training || p == 0.0f) {  // identity, mask 1
             for (int64_t i = 0; i < x.numel(); ++i) {
                 y.set(i, x.get(i));
                 mask.set(i, 1.0);
             }
             return;
         }
-        const uint64_t base = mix64(stream + (*step)++);
+        const uint64_t base = mix64(stream + rc.run);
         const float keep_scale = 1.0f / (1.0f - p);
         for (int64_t i = 0; i < x.numel(); ++i) {
             const float m = dropout_keeps(base, x.storage(i), p) ? keep_scale : 0.0f;

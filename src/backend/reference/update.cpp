@@ -1,5 +1,5 @@
 // Optimizer updates, in place on the parameter and its state: the formulas of graph/ops/update.cpp.
-// Adam's step t counts the kernel's runs (1, 2, ...), as every backend counts it. f32 only.
+// Adam's step t is the RunContext's. f32 only.
 #include <cmath>
 
 #include "backend/reference/kernels.hpp"
@@ -28,9 +28,8 @@ std::unique_ptr<Kernel> make_update(const Op& op) {
     if (op.kind() != OpKind::AdamUpdate) throw InternalError("not an optimizer update");
     const AdamAttrs a = op.attrs<AdamAttrs>();
     const Buf m = op.in[2], v = op.in[3];
-    auto steps = std::make_shared<int64_t>(0);
     return loop([=](const RunContext& ctx) {
-        const int64_t t = ++*steps;
+        const int64_t t = ctx.step;
         const double lr = double(a.lr) * double(ctx.lr_scale), b1 = a.beta1, b2 = a.beta2;
         const double c1 = 1.0 - std::pow(b1, double(t)), c2 = 1.0 - std::pow(b2, double(t));
         for (int64_t i = 0; i < p.numel(); ++i) {

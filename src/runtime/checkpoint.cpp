@@ -1,0 +1,180 @@
+#include "runtime/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "graph/error.hpp"
+#include "runtime/executor.hpp"
+
+#ifndef JOULE_VERSION
+#error "JOULE_VERSION must be defined (CMakeLists.txt)"
+#endif
+
+namespace joule {
+
+namespace {
+
+constexpr char kMagic[8] = {'J', 'O', 'U', 'L', 'E', 'C', 'K', 'P'};
+constexpr int kFormat = 1;
+
+uint64_t fnv1a(const char* p, size_t n, uint64_t h = 0xcbf29ce484222325ULL) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(p[i])) * 0x100000001b3ULL;
+    return h;
+}
+
+bool saved(TensorRole r) { return r == TensorRole::Parameter || r == TensorRole::State; }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes all of `data` to fd; false (errno set) on failure.
+bool write_all(int fd, const char* data, size_t n) {
+    while (n > 0) {
+        const ssize_t w = ::write(fd, data, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        data += w, n -= size_t(w);
+    }
+    return true;
+}
+
+}  // namespace
+
+void prepare_checkpoint_dir(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("--checkpoint " + dir + ": cannot create the directory: " + ec.message());
+    if (::access(dir.c_str(), W_OK) != 0) throw Error("--checkpoint " + dir + ": cannot write into the directory: " + errno_text());
+}
+
+void write_checkpoint(const std::string& dir, const Executor& ex, const CheckpointState& s) {
+    prepare_checkpoint_dir(dir);
+    std::error_code ec;
+    const Graph& g = ex.graph();
+    nlohmann::json header = {{"format", kFormat},
+                             {"joule", JOULE_VERSION},
+                             {"net", s.net},
+                             {"dataset", s.dataset},
+                             {"plan", s.plan},
+                             {"batch", s.batch},
+                             {"accumulate", s.accumulate},
+                             {"seed", s.seed},
+                             {"epoch", s.epoch},
+                             {"step_in_epoch", s.step_in_epoch},
+                             {"steps_done", s.steps_done},
+                             {"passes_done", s.passes_done},
+                             {"epoch_loss_sum", s.epoch_loss_sum},
+                             {"data_order", s.data_order},
+                             {"synthetic", s.synthetic}};
+    size_t offset = 0;
+    std::vector<std::pair<TensorId, size_t>> at;  // tensor, offset
+    for (size_t t = 0; t < g.num_tensors(); ++t) {
+        const Tensor& x = g.tensor(TensorId(t));
+        if (!saved(x.role)) continue;
+        header["tensors"].push_back({{"name", x.name}, {"desc", desc_str(x.desc)}, {"offset", offset}, {"bytes", x.desc.bytes()}});
+        at.emplace_back(TensorId(t), offset);
+        offset += x.desc.bytes();
+    }
+    std::string body(kMagic, sizeof kMagic);
+    const std::string h = header.dump();
+    const uint64_t h_size = h.size();
+    body.append(reinterpret_cast<const char*>(&h_size), sizeof h_size);
+    body += h;
+    const size_t data_at = body.size();
+    body.resize(data_at + offset);
+    for (const auto& [id, off] : at) std::memcpy(body.data() + data_at + off, ex.data(id), g.tensor(id).desc.bytes());
+    const uint64_t sum = fnv1a(body.data(), body.size());
+    body.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+
+    const std::string path = dir + "/checkpoint.bin", tmp = path + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error("--checkpoint " + dir + ": cannot write " + tmp + ": " + errno_text());
+    // fault injection for the tests: die half-way through writing (the previous checkpoint must survive)
+    const char* fault = std::getenv("JOULE_FAULT_KILL_WRITING_CHECKPOINT");
+    if (fault && std::atoll(fault) == s.steps_done) {
+        write_all(fd, body.data(), body.size() / 2);
+        ::raise(SIGKILL);
+    }
+    const bool ok = write_all(fd, body.data(), body.size()) && ::fsync(fd) == 0;
+    const std::string why = ok ? "" : errno_text();
+    ::close(fd);
+    if (!ok) {
+        std::filesystem::remove(tmp, ec);
+        throw Error("--checkpoint " + dir + ": cannot write " + tmp + ": " + why);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("--checkpoint " + dir + ": cannot rename " + tmp + " to " + path + ": " + errno_text());
+    const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // the rename itself made durable
+    if (d >= 0) ::fsync(d), ::close(d);
+}
+
+CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const CheckpointState& expected) {
+    const std::string path = dir + "/checkpoint.bin";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error("--resume " + dir + ": no checkpoint there (" + path + " cannot be read)", "pass the --checkpoint directory of an earlier run");
+    const std::string body((std::istreambuf_iterator<char>(in)), {});
+    const std::string bad = "--resume " + dir + ": " + path;
+    if (body.size() < sizeof kMagic + 16 || std::memcmp(body.data(), kMagic, sizeof kMagic) != 0) throw Error(bad + " is not a joule checkpoint");
+    uint64_t h_size = 0;
+    std::memcpy(&h_size, body.data() + sizeof kMagic, sizeof h_size);
+    const size_t data_at = sizeof kMagic + sizeof h_size + h_size;
+    if (h_size > body.size() || data_at + sizeof(uint64_t) > body.size()) throw Error(bad + " is truncated (its header runs past the end)");
+    const nlohmann::json header = nlohmann::json::parse(body.begin() + sizeof kMagic + sizeof h_size, body.begin() + std::ptrdiff_t(data_at), nullptr, false);
+    if (header.is_discarded() || !header.is_object()) throw Error(bad + " is corrupt (its header is not JSON)");
+    CheckpointState s;
+    try {
+        // who wrote it first: another version's file is named as such, not as corrupt
+        if (header.at("format").get<int>() != kFormat || header.at("joule").get<std::string>() != JOULE_VERSION)
+            throw Error(bad + " was written by joule " + header.at("joule").get<std::string>() + " (checkpoint format " + std::to_string(header.at("format").get<int>()) +
+                            "); this is joule " + JOULE_VERSION,
+                        "resume it with that version, or start afresh");
+        uint64_t sum = 0;
+        std::memcpy(&sum, body.data() + body.size() - sizeof sum, sizeof sum);
+        if (fnv1a(body.data(), body.size() - sizeof sum) != sum) throw Error(bad + " is corrupt or truncated (checksum mismatch)", "resume from an intact checkpoint");
+        s.net = header.at("net"), s.dataset = header.at("dataset"), s.plan = header.at("plan");
+        s.batch = header.at("batch"), s.accumulate = header.at("accumulate"), s.seed = header.at("seed");
+        s.epoch = header.at("epoch"), s.step_in_epoch = header.at("step_in_epoch"), s.steps_done = header.at("steps_done");
+        s.passes_done = header.at("passes_done"), s.epoch_loss_sum = header.at("epoch_loss_sum");
+        s.data_order = header.at("data_order"), s.synthetic = header.at("synthetic");
+        auto same = [&](const std::string& what, const auto& got, const auto& want) {
+            if (got != want)
+                throw Error(bad + " is of a run with " + what + " " + nlohmann::json(got).dump() + ", this run has " + nlohmann::json(want).dump(),
+                            "resume with the flags of the run that wrote it");
+        };
+        same("net", s.net, expected.net), same("dataset", s.dataset, expected.dataset), same("plan", s.plan, expected.plan);
+        same("batch", s.batch, expected.batch), same("accumulate", s.accumulate, expected.accumulate), same("seed", s.seed, expected.seed);
+        const Graph& g = ex.graph();
+        size_t n = 0;
+        const size_t data_bytes = body.size() - sizeof sum - data_at;
+        for (const nlohmann::json& t : header.at("tensors")) {
+            const std::string name = t.at("name");
+            const std::optional<TensorId> found = g.find_tensor(name);
+            const size_t offset = t.at("offset"), bytes = t.at("bytes");
+            if (!found || !saved(g.tensor(*found).role) || t.at("desc").get<std::string>() != desc_str(g.tensor(*found).desc))
+                throw Error(bad + ": tensor '" + name + "' " + t.at("desc").get<std::string>() + " is not one of this run's graph" +
+                                (found ? " (here " + desc_str(g.tensor(*found).desc) + ")" : ""),
+                            "resume with the flags of the run that wrote it");
+            const TensorId id = *found;
+            if (offset > data_bytes || bytes != g.tensor(id).desc.bytes() || bytes > data_bytes - offset) throw Error(bad + " is corrupt (tensor '" + name + "' lies outside the file)");
+            std::memcpy(ex.data(id), body.data() + data_at + offset, bytes);
+            ++n;
+        }
+        size_t want = 0;
+        for (size_t t = 0; t < g.num_tensors(); ++t) want += saved(g.tensor(TensorId(t)).role);
+        if (n != want) throw Error(bad + " holds " + std::to_string(n) + " parameter and state tensors, this run's graph has " + std::to_string(want));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(bad + " is corrupt (its header lacks a field: " + e.what() + ")");
+    }
+    return s;
+}
+
+}  // namespace joule
