@@ -526,6 +526,34 @@ TEST(Cli, DevicesListsDevicesLinksAndSystems) {
     EXPECT_GE(j["systems"].size(), 1u);
 }
 
+// predict --nodes: data-parallel on a cluster of data/hw devices and links, per node count.
+TEST(Cli, PredictModelsDataParallelTrainingOnACluster) {
+    const std::string flags = "predict --device v100 --net resnet18 --image-size 64 --batch 16 --nodes 1,4,16 --per-node 8 --intra-link nvlink2 --inter-link ib-hdr";
+    const auto j = run_json(flags + " --json");
+    const auto& dp = j["data_parallel"];
+    EXPECT_EQ(dp["kind"], "modelled");
+    EXPECT_EQ(dp["intra_link"], "link-nvlink2");
+    ASSERT_EQ(dp["rows"].size(), 3u);
+    EXPECT_EQ(dp["rows"][2]["ranks"], 128);
+    double last = 1;
+    for (const auto& r : dp["rows"]) {
+        EXPECT_LE(r["efficiency"].get<double>(), last + 1e-12);
+        EXPECT_GE(r["iteration_seconds"].get<double>(), j["iteration"]["seconds"].get<double>() - 1e-12);
+        last = r["efficiency"].get<double>();
+    }
+    const Result r = run(flags);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("data-parallel, MODELLED: batch 16 per device (weak scaling), 8 device(s) per node on link-nvlink2, nodes on 1 x link-ib-hdr"), std::string::npos)
+        << r.out;
+    expect_failure("predict --device v100 --per-node 8", "--per-node requires --nodes");
+    expect_failure("predict --device v100 --nodes 2", "2 nodes need the network between them");
+    expect_failure("predict --device v100 --nodes 1 --per-node 4", "4 devices per node need the link between them");
+    expect_failure("predict --device v100 --nodes 0", "--nodes");
+    expect_failure("predict --device v100 --nodes 1,x", "--nodes");
+    expect_failure("predict --device v100 --nodes 2 --inter-link warp-drive", "warp-drive");
+    expect_failure("predict --device v100 --nodes 1 --bucket-mib 0", "--bucket-mib");
+}
+
 TEST(Cli, PredictModelsAnyDeviceUnderALimitOrClock) {
     Result r = run("predict --net resnet18 --batch 8 --image-size 64 --device v100 --dtype f16");
     EXPECT_EQ(r.code, 0) << r.out;

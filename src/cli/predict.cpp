@@ -9,7 +9,9 @@
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
 #include "plan/plan.hpp"
+#include "predict/data_parallel.hpp"
 #include "predict/device_model.hpp"
+#include "profile/sweep.hpp"
 #include "report/table.hpp"
 
 namespace joule::cli {
@@ -21,6 +23,10 @@ struct PredictFlags {
     std::string device;
     double power_limit = 0, clock = 0;
     bool json = false;
+    // data-parallel on a cluster
+    std::string nodes, intra, inter;
+    int per_node = 1, nics = 1;
+    double bucket_mib = 25;
 };
 
 struct LayerTotals {
@@ -43,6 +49,12 @@ void add_predict(CLI::App& app) {
                       ->check(positive_number());
     cmd->add_option("--clock", f->clock, "core clock in MHz for the whole iteration (default: the device's)")->check(positive_number())->excludes(limit);
     cmd->add_flag("--json", f->json, "machine-readable output (with every layer)");
+    auto* nodes = cmd->add_option("--nodes", f->nodes, "data-parallel on this many nodes (a list: 1,2,4,...): per count the iteration, the all-reduce's exposed time, throughput, scaling efficiency and cluster energy");
+    cmd->add_option("--per-node", f->per_node, "devices per node (ranks = nodes x per-node)")->capture_default_str()->check(number_in(1, 1024))->needs(nodes);
+    cmd->add_option("--intra-link", f->intra, "the link between a node's devices (a data/hw link: nvlink2, nvlink3, pcie3, ...)")->needs(nodes);
+    cmd->add_option("--inter-link", f->inter, "the network between nodes (a data/hw link: ib-hdr, ib-ndr, eth-100g, ...)")->needs(nodes);
+    cmd->add_option("--nics", f->nics, "network adapters per node (one ring across nodes each)")->capture_default_str()->check(number_in(1, 64))->needs(nodes);
+    cmd->add_option("--bucket-mib", f->bucket_mib, "gradient bucket per all-reduce in MiB (PyTorch DDP's default)")->capture_default_str()->check(positive_number())->needs(nodes);
     cmd->callback([f] {
         const predict::DeviceModel d = load_whole_net_device(f->device);
         const hw::DeviceSpec& spec = d.spec();
@@ -84,17 +96,42 @@ void add_predict(CLI::App& app) {
                                   {"average_watts", t.seconds > 0 ? d.idle_w() + t.joules / t.seconds : 0}, {"lowest_clock_mhz", t.min_clock},
                                   {"throttled_nodes", t.throttled}};
         };
+        // data-parallel: the same step on every rank, the gradients all-reduced
+        nlohmann::json dp;
+        Table dp_table({"nodes", "devices", "iteration ms", "all-reduce ms", "exposed ms", "samples/s", "efficiency", "cluster kW", "J/sample"});
+        if (!f->nodes.empty()) {
+            const hw::Catalogue cat = hw::load_catalogue();
+            predict::Cluster c;
+            c.per_node = f->per_node, c.nics_per_node = f->nics, c.bucket_bytes = f->bucket_mib * 1024 * 1024;
+            if (!f->intra.empty()) c.intra = &cat.link(f->intra);
+            if (!f->inter.empty()) c.inter = &cat.link(f->inter);
+            dp = {{"per_node", c.per_node}, {"intra_link", c.intra ? c.intra->name : ""}, {"inter_link", c.inter ? c.inter->name : ""},
+                  {"nics_per_node", c.nics_per_node}, {"bucket_bytes", c.bucket_bytes}, {"kind", "modelled"}};
+            for (int64_t n : profile::parse_int_list(f->nodes, "--nodes")) {
+                if (n > 100000) throw Error("--nodes " + std::to_string(n) + ": at most 100000 nodes");
+                c.nodes = int(n);
+                const predict::DataParallel p = predict::predict_data_parallel(lg.train, f->net.batch, d, c, setting);
+                dp["gradient_bytes"] = p.gradient_bytes;
+                dp["rows"].push_back({{"nodes", n}, {"ranks", p.ranks}, {"iteration_seconds", p.iteration_s}, {"allreduce_seconds", p.allreduce_s},
+                                      {"exposed_seconds", p.exposed_s}, {"buckets", p.buckets}, {"samples_per_second", p.samples_per_s},
+                                      {"efficiency", p.efficiency}, {"joules", p.joules}, {"link_joules", p.link_joules},
+                                      {"joules_per_sample", p.joules / (double(p.ranks) * double(f->net.batch))}});
+                dp_table.add({std::to_string(n), std::to_string(p.ranks), fixed(p.iteration_s * 1e3, 2), fixed(p.allreduce_s * 1e3, 2), fixed(p.exposed_s * 1e3, 2),
+                              fixed(p.samples_per_s, 0), fixed(100 * p.efficiency, 1) + " %", fixed(p.joules / p.iteration_s / 1e3, 2),
+                              fixed(p.joules / (double(p.ranks) * double(f->net.batch)), 3)});
+            }
+        }
         if (f->json) {
             nlohmann::json ls = nlohmann::json::array();
             for (const LayerTotals& t : layers) ls.push_back(layer_json(t));
             nlohmann::json it = layer_json(total);
             it["samples_per_second"] = per_s, it["joules"] = energy, it["joules_per_sample"] = energy / double(f->net.batch);
-            std::cout << nlohmann::json{{"schema", "joule.predict/1"}, {"kind", "modelled"}, {"net", f->net.net}, {"batch", f->net.batch},
+            nlohmann::json out{{"schema", "joule.predict/1"}, {"kind", "modelled"}, {"net", f->net.net}, {"batch", f->net.batch},
                                         {"dtype", f->net.dtype}, {"scope", f->net.scope}, {"device", spec.name}, {"spec", spec.path},
                                         {"time_model", d.efficiency() ? "efficiency curves: " + d.efficiency()->path : "roofline"},
-                                        {"power_limit_w", limit}, {"clock_mhz", clock}, {"casts", lg.casts}, {"iteration", it}, {"layers", ls}}
-                             .dump(2)
-                      << '\n';
+                                        {"power_limit_w", limit}, {"clock_mhz", clock}, {"casts", lg.casts}, {"iteration", it}, {"layers", ls}};
+            if (!dp.is_null()) out["data_parallel"] = dp;
+            std::cout << out.dump(2) << '\n';
             return;
         }
         std::cout << "predict " << f->net.net << " batch " << f->net.batch << " (" << f->net.optimizer << ", plan " << lg.plan.name << ", " << lg.casts
@@ -112,6 +149,13 @@ void add_predict(CLI::App& app) {
                   << fixed(energy / double(f->net.batch) * 1e3, 2) << " mJ/sample; average power " << fixed(energy / total.seconds, 1) << " W";
         if (total.throttled > 0) std::cout << "; the limit throttled " << total.throttled << " of " << total.nodes << " nodes (lowest clock " << fixed(total.min_clock, 0) << " MHz)";
         std::cout << "\n";
+        if (!dp.is_null()) {
+            std::cout << "\ndata-parallel, MODELLED: batch " << f->net.batch << " per device (weak scaling), " << f->per_node << " device(s) per node"
+                      << (dp["intra_link"] != "" ? " on " + dp["intra_link"].get<std::string>() : std::string()) << (dp["inter_link"] != "" ? ", nodes on " + std::to_string(f->nics) + " x " + dp["inter_link"].get<std::string>() : std::string())
+                      << "; " << bytes_str(dp["gradient_bytes"].get<double>()) << " of gradients all-reduced (ring or tree) in " << fixed(f->bucket_mib, 0)
+                      << " MiB buckets as backward produces them; efficiency = one device's step / the iteration\n";
+            dp_table.print(std::cout);
+        }
     });
 }
 

@@ -145,6 +145,7 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
         s.epoch = header.at("epoch"), s.step_in_epoch = header.at("step_in_epoch"), s.steps_done = header.at("steps_done");
         s.passes_done = header.at("passes_done"), s.epoch_loss_sum = header.at("epoch_loss_sum");
         s.data_order = header.at("data_order"), s.synthetic = header.at("synthetic");
+        if (s.epoch < 0 || s.step_in_epoch < 0 || s.steps_done < 0 || s.batch < 1 || s.accumulate < 1) throw Error(bad + " is corrupt (a negative count)");
         auto same = [&](const std::string& what, const auto& got, const auto& want) {
             if (got != want)
                 throw Error(bad + " is of a run with " + what + " " + nlohmann::json(got).dump() + ", this run has " + nlohmann::json(want).dump(),
