@@ -110,6 +110,9 @@ TEST(Cli, TrainAccumulatesClipsAndSchedules) {
     EXPECT_EQ(j["epochs"][0]["steps"], 4);
     const double last = 1e-5 + (1e-3 - 1e-5) * (1 + std::cos(std::acos(-1.0) * 2 / 3)) / 2;  // step 3: the cosine's second of 3 steps
     EXPECT_NEAR(j["last_lr"].get<double>(), last, 1e-6 * last);
+    // a step's work is its micro-batches': conv1's forward and backward FLOPs three times, its update once
+    const auto plain = run_json("train --dataset synthetic --steps 2 --threads 1 --quiet --json");
+    EXPECT_NEAR(j["layers"][0]["flops"].get<double>() / plain["layers"][0]["flops"].get<double>(), 3.0, 0.01);
     const Result r = run(flags);
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("adamw lr 0.001, accumulate 3 (global batch 192), clip norm 1, warm-up 1 steps from 0.01 x lr then cosine to 1e-05"), std::string::npos)

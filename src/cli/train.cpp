@@ -147,7 +147,7 @@ void print_energy(const TrainResult& r, int64_t top) {
     std::cout << "step energy " << fixed(total * 1e3, 3) << " mJ (" << tag << ") = ops " << fixed((total - idle - emulation) * 1e3, 3)
               << (emulation > 0 ? " mJ + emulation " + fixed(emulation * 1e3, 3) : std::string()) << " mJ + idle/static "
               << fixed(idle * 1e3, 3) << " mJ; average power " << fixed(e.total_joules / std::max(e.seconds, 1e-12), 2) << " W (" << tag << "); "
-              << fixed(total / double(r.batch) * 1e3, 3) << " mJ per image (" << tag << ")\n";
+              << fixed(total / double(r.batch * r.accumulate) * 1e3, 3) << " mJ per image (" << tag << ")\n";
 }
 // The plan's prediction (a simulated iteration on the system, devices overlapping) beside the step this
 // run got (its nodes one at a time: the CPU's measured, the emulated devices' modelled).

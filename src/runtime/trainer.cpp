@@ -42,7 +42,8 @@ std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps, const Ener
             case Phase::Backward: l.backward_s += s, l.backward_j += j; break;
             case Phase::Update: l.update_s += s, l.update_j += j; break;
         }
-        l.flops += node_cost(g, NodeId(n)).flops;
+        const int64_t runs = ex.node_runs()[n];  // per step: more than one where micro-batches accumulate
+        l.flops += node_cost(g, NodeId(n)).flops * (runs > 0 ? double(runs) / div : 1.0);
     }
     return out;
 }
