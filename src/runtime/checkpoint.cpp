@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <csignal>
@@ -77,35 +78,42 @@ void write_checkpoint(const std::string& dir, const Executor& ex, const Checkpoi
                              {"data_order", s.data_order},
                              {"synthetic", s.synthetic}};
     size_t offset = 0;
-    std::vector<std::pair<TensorId, size_t>> at;  // tensor, offset
+    std::vector<TensorId> tensors;
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
         if (!saved(x.role)) continue;
         header["tensors"].push_back({{"name", x.name}, {"desc", desc_str(x.desc)}, {"offset", offset}, {"bytes", x.desc.bytes()}});
-        at.emplace_back(TensorId(t), offset);
+        tensors.push_back(TensorId(t));
         offset += x.desc.bytes();
     }
-    std::string body(kMagic, sizeof kMagic);
+    // magic, header size, header, the tensors straight from the executor's buffers, the checksum: written
+    // piece by piece (no copy of the model in memory), hashed as they go
     const std::string h = header.dump();
     const uint64_t h_size = h.size();
-    body.append(reinterpret_cast<const char*>(&h_size), sizeof h_size);
-    body += h;
-    const size_t data_at = body.size();
-    body.resize(data_at + offset);
-    for (const auto& [id, off] : at) std::memcpy(body.data() + data_at + off, ex.data(id), g.tensor(id).desc.bytes());
-    const uint64_t sum = fnv1a(body.data(), body.size());
-    body.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+    std::vector<std::pair<const char*, size_t>> pieces = {{kMagic, sizeof kMagic}, {reinterpret_cast<const char*>(&h_size), sizeof h_size}, {h.data(), h.size()}};
+    for (TensorId id : tensors) pieces.emplace_back(static_cast<const char*>(ex.data(id)), g.tensor(id).desc.bytes());
+    size_t total = 0;
+    for (const auto& [p, n] : pieces) total += n;
 
     const std::string path = dir + "/checkpoint.bin", tmp = path + ".tmp";
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) throw Error("--checkpoint " + dir + ": cannot write " + tmp + ": " + errno_text());
     // fault injection for the tests: die half-way through writing (the previous checkpoint must survive)
     const char* fault = std::getenv("JOULE_FAULT_KILL_WRITING_CHECKPOINT");
-    if (fault && std::atoll(fault) == s.steps_done) {
-        write_all(fd, body.data(), body.size() / 2);
-        ::raise(SIGKILL);
+    const size_t kill_at = fault && std::atoll(fault) == s.steps_done ? total / 2 : SIZE_MAX;
+    uint64_t sum = 0xcbf29ce484222325ULL;
+    size_t written = 0;
+    bool ok = true;
+    for (const auto& [p, n] : pieces) {
+        if (written + n > kill_at) {
+            write_all(fd, p, kill_at - written);
+            ::raise(SIGKILL);
+        }
+        sum = fnv1a(p, n, sum);
+        ok = ok && write_all(fd, p, n);
+        written += n;
     }
-    const bool ok = write_all(fd, body.data(), body.size()) && ::fsync(fd) == 0;
+    ok = ok && write_all(fd, reinterpret_cast<const char*>(&sum), sizeof sum) && ::fsync(fd) == 0;
     const std::string why = ok ? "" : errno_text();
     ::close(fd);
     if (!ok) {
@@ -121,15 +129,20 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
     const std::string path = dir + "/checkpoint.bin";
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error("--resume " + dir + ": no checkpoint there (" + path + " cannot be read)", "pass the --checkpoint directory of an earlier run");
-    const std::string body((std::istreambuf_iterator<char>(in)), {});
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path, ec);
     const std::string bad = "--resume " + dir + ": " + path;
-    if (body.size() < sizeof kMagic + 16 || std::memcmp(body.data(), kMagic, sizeof kMagic) != 0) throw Error(bad + " is not a joule checkpoint");
+    char magic[sizeof kMagic] = {};
     uint64_t h_size = 0;
-    std::memcpy(&h_size, body.data() + sizeof kMagic, sizeof h_size);
-    const size_t data_at = sizeof kMagic + sizeof h_size + h_size;
-    if (h_size > body.size() || data_at + sizeof(uint64_t) > body.size()) throw Error(bad + " is truncated (its header runs past the end)");
-    const nlohmann::json header = nlohmann::json::parse(body.begin() + sizeof kMagic + sizeof h_size, body.begin() + std::ptrdiff_t(data_at), nullptr, false);
-    if (header.is_discarded() || !header.is_object()) throw Error(bad + " is corrupt (its header is not JSON)");
+    if (ec || size < sizeof kMagic + 2 * sizeof(uint64_t) || !in.read(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+        throw Error(bad + " is not a joule checkpoint");
+    in.read(reinterpret_cast<char*>(&h_size), sizeof h_size);
+    if (!in || h_size > size - sizeof kMagic - 2 * sizeof(uint64_t)) throw Error(bad + " is truncated (its header runs past the end)");
+    std::string h(size_t(h_size), '\0');
+    in.read(h.data(), std::streamsize(h_size));
+    const nlohmann::json header = nlohmann::json::parse(h, nullptr, false);
+    if (!in || header.is_discarded() || !header.is_object()) throw Error(bad + " is corrupt (its header is not JSON)");
+    uint64_t sum = fnv1a(h.data(), h.size(), fnv1a(reinterpret_cast<const char*>(&h_size), sizeof h_size, fnv1a(kMagic, sizeof kMagic)));
     CheckpointState s;
     try {
         // who wrote it first: another version's file is named as such, not as corrupt
@@ -137,9 +150,6 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
             throw Error(bad + " was written by joule " + header.at("joule").get<std::string>() + " (checkpoint format " + std::to_string(header.at("format").get<int>()) +
                             "); this is joule " + JOULE_VERSION,
                         "resume it with that version, or start afresh");
-        uint64_t sum = 0;
-        std::memcpy(&sum, body.data() + body.size() - sizeof sum, sizeof sum);
-        if (fnv1a(body.data(), body.size() - sizeof sum) != sum) throw Error(bad + " is corrupt or truncated (checksum mismatch)", "resume from an intact checkpoint");
         s.net = header.at("net"), s.dataset = header.at("dataset"), s.plan = header.at("plan");
         s.batch = header.at("batch"), s.accumulate = header.at("accumulate"), s.seed = header.at("seed");
         s.epoch = header.at("epoch"), s.step_in_epoch = header.at("step_in_epoch"), s.steps_done = header.at("steps_done");
@@ -153,25 +163,36 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
         };
         same("net", s.net, expected.net), same("dataset", s.dataset, expected.dataset), same("plan", s.plan, expected.plan);
         same("batch", s.batch, expected.batch), same("accumulate", s.accumulate, expected.accumulate), same("seed", s.seed, expected.seed);
+        // the tensor table against this run's graph, and the file's length against the table, before any is read
         const Graph& g = ex.graph();
-        size_t n = 0;
-        const size_t data_bytes = body.size() - sizeof sum - data_at;
+        std::vector<TensorId> ids;
+        uint64_t data_bytes = 0;
         for (const nlohmann::json& t : header.at("tensors")) {
             const std::string name = t.at("name");
             const std::optional<TensorId> found = g.find_tensor(name);
-            const size_t offset = t.at("offset"), bytes = t.at("bytes");
             if (!found || !saved(g.tensor(*found).role) || t.at("desc").get<std::string>() != desc_str(g.tensor(*found).desc))
                 throw Error(bad + ": tensor '" + name + "' " + t.at("desc").get<std::string>() + " is not one of this run's graph" +
                                 (found ? " (here " + desc_str(g.tensor(*found).desc) + ")" : ""),
                             "resume with the flags of the run that wrote it");
-            const TensorId id = *found;
-            if (offset > data_bytes || bytes != g.tensor(id).desc.bytes() || bytes > data_bytes - offset) throw Error(bad + " is corrupt (tensor '" + name + "' lies outside the file)");
-            std::memcpy(ex.data(id), body.data() + data_at + offset, bytes);
-            ++n;
+            if (t.at("offset").get<uint64_t>() != data_bytes || t.at("bytes").get<uint64_t>() != g.tensor(*found).desc.bytes())
+                throw Error(bad + " is corrupt (tensor '" + name + "' is not where its table says)");
+            ids.push_back(*found);
+            data_bytes += g.tensor(*found).desc.bytes();
         }
         size_t want = 0;
         for (size_t t = 0; t < g.num_tensors(); ++t) want += saved(g.tensor(TensorId(t)).role);
-        if (n != want) throw Error(bad + " holds " + std::to_string(n) + " parameter and state tensors, this run's graph has " + std::to_string(want));
+        if (ids.size() != want) throw Error(bad + " holds " + std::to_string(ids.size()) + " parameter and state tensors, this run's graph has " + std::to_string(want));
+        if (size != sizeof kMagic + sizeof h_size + h_size + data_bytes + sizeof sum) throw Error(bad + " is corrupt or truncated (its length is not its table's)");
+        // straight into the executor's buffers; a checksum mismatch ends the run (the executor is not used after it)
+        for (TensorId id : ids) {
+            char* p = static_cast<char*>(ex.data(id));
+            const size_t n = g.tensor(id).desc.bytes();
+            in.read(p, std::streamsize(n));
+            sum = fnv1a(p, n, sum);
+        }
+        uint64_t stored = 0;
+        in.read(reinterpret_cast<char*>(&stored), sizeof stored);
+        if (!in || stored != sum) throw Error(bad + " is corrupt or truncated (checksum mismatch)", "resume from an intact checkpoint");
     } catch (const nlohmann::json::exception& e) {
         throw Error(bad + " is corrupt (its header lacks a field: " + e.what() + ")");
     }
