@@ -117,7 +117,7 @@ TEST(Cli, TrainAccumulatesClipsAndSchedules) {
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("adamw lr 0.001, accumulate 3 (global batch 192), clip norm 1, warm-up 1 steps from 0.01 x lr then cosine to 1e-05"), std::string::npos)
         << r.out;
-    expect_failure("train --lr-schedule step", "--lr-schedule step needs --lr-step-size N");
+    expect_failure("train --lr-schedule step", "--lr-schedule step needs --lr-step-size >= 1, got 0");
     expect_failure("train --lr-min 1e-5", "--lr-min requires --lr-schedule");
     expect_failure("train --lr-schedule exp", "--lr-schedule: exp not in {constant,cosine,step}");
     expect_failure("train --accumulate 0", "--accumulate");

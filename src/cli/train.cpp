@@ -282,7 +282,6 @@ void add_train(CLI::App& app) {
         o.clip_norm = f->clip_norm;
         o.schedule = f->schedule;
         o.schedule.kind = parse_lr_schedule(f->lr_schedule);
-        if (o.schedule.kind == LrSchedule::Kind::Step && o.schedule.step_size == 0) throw Error("--lr-schedule step needs --lr-step-size N");
         // --system --strategy: the planner places the run's own graph; the prediction is kept to set beside what the run got
         std::optional<SystemModel> sys;
         auto placed = std::make_shared<std::optional<Placed>>();
