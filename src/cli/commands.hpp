@@ -54,7 +54,9 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool wit
 LoweredGraph lower_net(const NetOptions& o, const predict::DeviceModel* modelled = nullptr);
 // The unlowered train graph of `o` (the optimizer with joule train's default hyper-parameters).
 TrainGraph train_graph_of(const NetOptions& o);
-OptimizerConfig optimizer_of(const NetOptions& o);
+// --optimizer with joule's defaults (sgd: lr 0.05, momentum 0.9; adam: lr 2e-3; adamw: lr 2e-3, decoupled
+// decay 0.01, PyTorch's), each overridden where given: lr > 0, momentum >= 0 (sgd), weight_decay >= 0.
+OptimizerConfig optimizer_of(const NetOptions& o, float lr = 0, float momentum = -1, float weight_decay = -1);
 // What a modelled device computes in a dtype: every op it has the dtype for, but f32-only ops and
 // embeddings (the table stays f32). `d` must outlive the function.
 RunsInDtype modelled_runs(const predict::DeviceModel& d);

@@ -1,5 +1,6 @@
 // `joule nets`: the zoo with parameter counts and forward multiply-adds, computed from each net's graph
 // and shown beside the published figures.
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -20,8 +21,10 @@ TrainGraph train_graph_of(const NetOptions& o) {
     return build_train_graph(std::move(m.graph), m.loss, optimizer_of(o));
 }
 
-OptimizerConfig optimizer_of(const NetOptions& o) {
-    return o.optimizer == "sgd" ? OptimizerConfig::sgd(0.05f, 0.9f) : OptimizerConfig::adam(2e-3f, o.optimizer == "adamw" ? 0.01f : 0.0f, o.optimizer == "adamw");
+OptimizerConfig optimizer_of(const NetOptions& o, float lr, float momentum, float weight_decay) {
+    if (o.optimizer == "sgd") return OptimizerConfig::sgd(lr > 0 ? lr : 0.05f, momentum >= 0 ? momentum : 0.9f, std::max(weight_decay, 0.0f));
+    const bool adamw = o.optimizer == "adamw";
+    return OptimizerConfig::adam(lr > 0 ? lr : 2e-3f, weight_decay >= 0 ? weight_decay : adamw ? 0.01f : 0.0f, adamw);
 }
 
 predict::DeviceModel load_whole_net_device(const std::string& name, const std::string& flag) {

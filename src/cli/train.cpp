@@ -270,13 +270,8 @@ void add_train(CLI::App& app) {
         o.trace = !f->trace.empty();
         std::ostream* meter_out = f->json ? &std::cerr : &std::cout;
         o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };
-        const bool adamw = f->net.optimizer == "adamw";
-        if (f->net.optimizer == "sgd")
-            o.optimizer = OptimizerConfig::sgd(f->lr > 0 ? f->lr : 0.05f, f->momentum >= 0 ? f->momentum : 0.9f, std::max(f->weight_decay, 0.0f));
-        else {
-            if (f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
-            o.optimizer = OptimizerConfig::adam(f->lr > 0 ? f->lr : 2e-3f, f->weight_decay >= 0 ? f->weight_decay : adamw ? 0.01f : 0.0f, adamw);
-        }
+        if (f->net.optimizer != "sgd" && f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
+        o.optimizer = optimizer_of(f->net, f->lr, f->momentum, f->weight_decay);
         o.checkpoint_dir = f->checkpoint, o.checkpoint_every = f->checkpoint_every, o.resume_dir = f->resume;
         o.accumulate = f->accumulate;
         o.clip_norm = f->clip_norm;

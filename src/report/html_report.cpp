@@ -68,10 +68,14 @@ HtmlSection prediction_section(const profile::Store& db, const std::string& net,
     auto model = [&](int threads) -> const predict::DeviceModel& {
         auto it = models.find(threads);
         if (it == models.end()) {
-            predict::DeviceModel d = predict::load_device_model(p.device);
-            const hw::DeviceSpec& spec = d.spec();
-            if (spec.kind == "cpu" && spec.cores > 0 && threads > 0) d = predict::load_device_model(p.device, std::min(1.0, double(threads) / double(spec.cores)));
-            it = models.emplace(threads, std::move(d)).first;
+            if (models.empty()) models.emplace(0, predict::load_device_model(p.device));  // the whole device, read once
+            const predict::DeviceModel& whole = models.at(0);
+            const hw::DeviceSpec& spec = whole.spec();
+            const bool slice = spec.kind == "cpu" && spec.cores > 0 && threads > 0;
+            it = slice ? models.emplace(threads, predict::DeviceModel(spec, whole.efficiency() ? std::optional(*whole.efficiency()) : std::nullopt,
+                                                                      std::min(1.0, double(threads) / double(spec.cores))))
+                             .first
+                       : models.find(0);
         }
         return it->second;
     };
