@@ -13,5 +13,6 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DJOULE_WERROR=ON \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-mpi.supp:print_suppressions=0"  # Open MPI's own (data-parallel tests)
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 1200 \
   -E 'Convergence'

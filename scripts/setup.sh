@@ -11,7 +11,8 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
           dataset-fashion-mnist
           ocl-icd-opencl-dev opencl-headers  # Debian's dnnl-config.cmake finds OpenCL even for a CPU build
           chromium fonts-liberation          # the tests render joule report's pages in headless Chromium
-          python3-torch)                     # PyTorch 1.13: the tests check the training loop against it
+          python3-torch                      # PyTorch 1.13: the tests check the training loop against it
+          openmpi-bin libopenmpi-dev)        # data-parallel training runs on MPI (mpirun -np N joule train)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

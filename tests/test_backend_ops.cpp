@@ -57,6 +57,7 @@ struct Case {
     bool training = true;
     int runs = 1;          // runs of the graph (step counters: Dropout, Adam)
     float lr_scale = 1, grad_scale = 1;  // the step's RunContext (optimizer updates)
+    int64_t shard = 0;                   // ... and a data-parallel process's shard (dropout)
     bool exact = false;    // backends must agree bit for bit
     double tol = 1;        // tolerance multiplier
 };
@@ -285,6 +286,9 @@ std::vector<Case> make_cases() {
     dropout("plain", plain({4, 33}), 0.3f, true);
     dropout("nhwc", nhwc({2, 3, 5, 7}), 0.5f, true);
     dropout("inference", nhwc({2, 3, 5, 7}), 0.5f, false);
+    Case shard = cs.back();  // the second process of a data-parallel job
+    shard.name = "Dropout_shard1", shard.training = true, shard.shard = 1;
+    cs.push_back(shard);
 
     // softmax, embedding, loss
     cs.push_back(unary("Softmax_2d", K::Softmax, AxisAttrs{-1}, plain({3, 7}), {-3, 3}));
@@ -353,6 +357,16 @@ std::vector<Case> make_cases() {
         c.bf16 = false, c.exact = true;
         cs.push_back(c);
     }
+
+    // data-parallel gradient averaging over one process: each gradient is its own mean
+    Case allreduce{"AllReduce_bucket_of_two", [=](Graph& g, Fills& f) {
+                       const std::vector<Shape> shapes = {{3, 4}, {5}};
+                       const TensorId a = input(g, f, "ga", plain(shapes[0])), b = input(g, f, "gb", plain(shapes[1]));
+                       const TensorId sum = g.add(K::AllReduceStart, AllReduceAttrs{shapes}, {a, b}, "allreduce:0", Phase::Backward).front();
+                       g.add(K::AllReduceWait, AllReduceAttrs{shapes}, {sum}, "allreduce:0:wait", Phase::Backward);
+                   }, false};
+    allreduce.exact = true;
+    cs.push_back(allreduce);
 
     // a whole training step (forward, loss, autodiff's backward nodes, SGD updates): every tensor compared
     Case step{"TrainStep_small_cnn", [=](Graph& g, Fills& f) {
@@ -516,7 +530,8 @@ std::optional<Values> run_on(Backend& b, const Graph& graph, const Values& init,
     std::vector<std::unique_ptr<Kernel>> ks;
     for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) ks.push_back(r.prepare(b, n));
     for (int i = 0; i < c.runs; ++i)
-        for (auto& k : ks) k->run({.training = c.training, .lr_scale = c.lr_scale, .grad_scale = c.grad_scale, .run = uint64_t(i), .step = i + 1});
+        for (auto& k : ks)
+            k->run({.training = c.training, .lr_scale = c.lr_scale, .grad_scale = c.grad_scale, .run = uint64_t(i), .step = i + 1, .shard = c.shard});
     return r.values();
 }
 

@@ -24,29 +24,14 @@ namespace {
 // The modelled meter's CPU spec, named so the tests run on any CPU (auto-matching needs this machine's spec).
 constexpr const char* kSpec = " --device-spec cpu-amd-epyc-turin-2vcpu";
 
-struct Result {
-    int code;
-    std::string out;  // stdout and stderr together
-};
+using Result = joule::test::CommandResult;
 
-Result run(const std::string& args) {
-    const std::string cmd = std::string(JOULE_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf{};
-    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    const int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result run(const std::string& args) { return joule::test::run_command(std::string(JOULE_BINARY) + " " + args + " 2>&1"); }  // stdout and stderr together
 
 nlohmann::json run_json(const std::string& args) {
-    const std::string cmd = std::string(JOULE_BINARY) + " " + args + " 2>/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf{};
-    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    EXPECT_EQ(pclose(p), 0) << args;
-    return nlohmann::json::parse(out);
+    const Result r = joule::test::run_command(std::string(JOULE_BINARY) + " " + args + " 2>/dev/null");
+    EXPECT_EQ(r.code, 0) << args;
+    return nlohmann::json::parse(r.out);
 }
 
 void expect_failure(const std::string& args, const std::string& message) {

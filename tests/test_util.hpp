@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cctype>
+#include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -14,6 +17,20 @@
 #include "zoo/zoo.hpp"
 
 namespace joule::test {
+
+struct CommandResult {
+    int code;         // exit status (-1: killed by a signal)
+    std::string out;  // what it printed (stdout, and stderr where the command sends it there)
+};
+// Runs a shell command line and collects its stdout.
+inline CommandResult run_command(const std::string& cmd) {
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
 
 // Expects f() to throw joule::Error whose message contains `must_contain`.
 inline void expect_error(const std::function<void()>& f, const std::string& must_contain) {

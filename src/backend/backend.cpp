@@ -41,8 +41,11 @@ Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, c
         return {false, backend + " computes in f32 or bf16, not " + dtype_name(n.compute)};
     if (n.compute == DType::F32) return {};
     if (f32_only_op(n.kind))
-        return {false, op_info(n.kind).category == OpCategory::Loss ? "the loss is computed in f32 (log-sum-exp needs the range)"
-                                                                    : "optimizer updates run on f32 master weights"};
+        switch (op_info(n.kind).category) {
+            case OpCategory::Loss: return {false, "the loss is computed in f32 (log-sum-exp needs the range)"};
+            case OpCategory::Communication: return {false, "gradients are all-reduced in f32 (the updates' master gradients)"};
+            default: return {false, "optimizer updates run on f32 master weights"};
+        }
     if (n.kind == OpKind::Embedding || n.kind == OpKind::EmbeddingBackward) return {false, "embedding gathers and scatter-adds run on the f32 table"};
     return {};
 }

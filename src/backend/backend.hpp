@@ -29,6 +29,10 @@ struct RunContext {
     // `step` its optimizer steps from 1 (Adam's bias correction).
     uint64_t run = 0;
     int64_t step = 1;
+    // A data-parallel job's process computes shard `shard` of each global batch (batch-major tensors): its
+    // dropout element i is the global batch's element shard x n + i, so masks do not depend on how many
+    // processes share the batch.
+    int64_t shard = 0;
 };
 
 struct Support {

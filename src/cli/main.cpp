@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cli/commands.hpp"
+#include "dist/communicator.hpp"
 #include "graph/error.hpp"
 
 namespace joule::cli {
@@ -80,7 +81,27 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool wit
 
 }  // namespace joule::cli
 
+namespace {
+// Under mpirun every rank prints its own error, naming itself, and ends the whole job: a rank that stops
+// alone would leave the others waiting on it.
+int fail(int code, const std::string& message, const char* kind = "error") {
+    joule::dist::Communicator& world = joule::dist::world();
+    const bool job = world.size() > 1;
+    const std::string who = job && message.rfind("rank ", 0) != 0 ? "rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ": " : "";
+    const std::string line = "joule: " + std::string(kind) + ": " + who + message + "\n";
+    std::fflush(stdout);
+    std::fwrite(line.data(), 1, line.size(), stderr);  // one write: the ranks' lines do not interleave
+    if (job) world.abort(code);
+    return code;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+    try {
+        joule::dist::init(argc, argv);  // a rank of an MPI job when mpirun started this process
+    } catch (const joule::Error& e) {
+        return fail(1, e.what());
+    }
     CLI::App app{"joule: fast, energy-efficient DNN training on heterogeneous machines"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("joule ") + JOULE_VERSION);
@@ -97,6 +118,14 @@ int main(int argc, char** argv) {
     joule::cli::add_fpga_tune(app);
     joule::cli::add_plan(app);
     joule::cli::add_report(app);
+    app.parse_complete_callback([&app] {  // before any command runs
+        const joule::dist::Communicator& world = joule::dist::world();
+        const std::vector<CLI::App*> parsed = app.get_subcommands();
+        if (world.size() > 1 && !parsed.empty() && parsed.front()->get_name() != "train")
+            throw joule::Error("joule " + parsed.front()->get_name() + " runs in one process; of a job's " + std::to_string(world.size()) +
+                                   " processes (mpirun -np " + std::to_string(world.size()) + ") only `joule train` runs, data-parallel",
+                               "run it without mpirun");
+    });
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -114,14 +143,11 @@ int main(int argc, char** argv) {
             else if (argc > 1) message = "unknown option '" + std::string(argv[1]) + "' before a command; the commands are " + commands;
             else message = "a command is required: " + commands;
         }
-        std::cerr << "joule: error: " << message << " (see joule " << (parsed.empty() ? "" : parsed.back()->get_name() + " ") << "--help)\n";
-        return 2;
+        return fail(2, message + " (see joule " + (parsed.empty() ? "" : parsed.back()->get_name() + " ") + "--help)");
     } catch (const joule::Error& e) {
-        std::cerr << "joule: error: " << e.what() << '\n';
-        return 1;
+        return fail(1, e.what());
     } catch (const std::exception& e) {
-        std::cerr << "joule: internal error: " << e.what() << '\n';
-        return 3;
+        return fail(3, e.what(), "internal error");
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
+#include "dist/communicator.hpp"
 #include "graph/error.hpp"
 #include "report/run_trace.hpp"
 #include "report/table.hpp"
@@ -39,7 +40,28 @@ struct TrainFlags {
     bool energy = false;
     std::string meter = "auto", device_spec, trace;
     double idle_seconds = 0.5, sample_ms = 10;
+    double bucket_mib = 25, comm_timeout = 300;
 };
+
+// A data-parallel job's processes (rank 0's report): each one's step, the all-reduce's share of it, and
+// energy; then the cluster's.
+void print_ranks(const TrainResult& r) {
+    const int n = int(r.ranks.size());
+    std::cout << "data-parallel over " << n << " processes (mpi), " << r.allreduce_buckets << " gradient bucket(s) all-reduced per step; per step:\n";
+    Table t({"rank", "host", "step ms", "all-reduce ms", "of it waiting ms", "all-reduce share", "joules"});
+    for (int i = 0; i < n; ++i) {
+        const TrainResult::Rank& x = r.ranks[size_t(i)];
+        t.add({std::to_string(i), x.host, fixed(x.step_seconds * 1e3, 2), fixed(x.allreduce_seconds * 1e3, 2), fixed(x.wait_seconds * 1e3, 2),
+               fixed(100 * x.allreduce_seconds / std::max(x.step_seconds, 1e-12), 1) + " %",
+               x.joules < 0 ? "-" : fixed(x.joules, 3) + (x.joules_measured ? " (measured)" : " (modelled)")});
+    }
+    t.print(std::cout);
+    double slowest = 0;
+    for (const auto& x : r.ranks) slowest = std::max(slowest, x.step_seconds);
+    std::cout << "cluster: step " << fixed(slowest * 1e3, 2) << " ms (the slowest process, measured)";
+    if (r.cluster_joules >= 0) std::cout << ", " << fixed(r.cluster_joules, 3) << " J per step (each host's meter counted once)";
+    std::cout << "\n";
+}
 
 // ", accumulate 4 (global batch 256), clip norm 1, warm-up 100 steps then cosine to 0" (nothing for a plain run)
 std::string schedule_str(const TrainOptions& o) {
@@ -236,11 +258,21 @@ void add_train(CLI::App& app) {
         ->needs(checkpoint);
     cmd->add_option("--resume", f->resume, "continue the run whose checkpoint is in this directory (same flags; it continues exactly)");
     cmd->add_option("--trace", f->trace, "write every timed step's node spans (and, with --energy, power) as a Chrome trace (Perfetto, chrome://tracing)");
+    cmd->add_option("--bucket-mib", f->bucket_mib, "data-parallel (mpirun): gradients all-reduced in buckets of at most this many MiB")
+        ->capture_default_str()
+        ->check(number_in(0, 4096, true));
+    cmd->add_option("--comm-timeout", f->comm_timeout, "data-parallel (mpirun): seconds a process waits on a collective before it ends the job")
+        ->capture_default_str()
+        ->check(number_in(0, 1e6, true));
     cmd->add_flag("--json", f->json, "machine-readable output on stdout");
     cmd->add_flag("--quiet", f->quiet, "no progress bars");
     cmd->callback([f] {
+        dist::Communicator& world = dist::world();
+        world.timeout_s = f->comm_timeout;
+        const bool report = world.rank() == 0;  // of a data-parallel job, rank 0 prints and writes files
+        if (!report) f->quiet = true;
         std::ofstream trace_file;  // opened first: a path that cannot be written fails before training
-        if (!f->trace.empty()) {
+        if (!f->trace.empty() && report) {
             trace_file.open(f->trace);
             if (!trace_file) throw Error("--trace " + f->trace + ": cannot write the trace file");
         }
@@ -267,9 +299,10 @@ void add_train(CLI::App& app) {
         o.device_spec = f->device_spec;
         o.energy_options.idle_seconds = f->idle_seconds;
         o.energy_options.period = std::chrono::microseconds(int64_t(f->sample_ms * 1000));
-        o.trace = !f->trace.empty();
+        o.trace = !f->trace.empty() && report;
+        o.bucket_bytes = size_t(f->bucket_mib * 1048576.0);
         std::ostream* meter_out = f->json ? &std::cerr : &std::cout;
-        o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };
+        if (report) o.on_meter = [meter_out](const std::string& m) { *meter_out << m << '\n'; };
         if (f->net.optimizer != "sgd" && f->momentum >= 0) throw Error("--momentum applies to --optimizer sgd only");
         o.optimizer = optimizer_of(f->net, f->lr, f->momentum, f->weight_decay);
         o.checkpoint_dir = f->checkpoint, o.checkpoint_every = f->checkpoint_every, o.resume_dir = f->resume;
@@ -292,8 +325,9 @@ void add_train(CLI::App& app) {
             };
         }
         const bool tty = isatty(STDERR_FILENO);
-        if (!f->json)
-            std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << ", " << o.epochs << " epoch(s), "
+        const std::string processes = world.size() == 1 ? "" : " over " + std::to_string(world.size()) + " processes (mpi; " + std::to_string(o.batch / std::max(world.size(), 1)) + " each)";
+        if (!f->json && report)
+            std::cout << "training " << o.net << " on " << o.dataset << ": batch " << o.batch << processes << ", " << o.epochs << " epoch(s), "
                       << f->net.optimizer << " lr " << o.optimizer.lr << schedule_str(o) << ", "
                       << (!f->system.empty()     ? "strategy " + f->strategy + " on " + sys->system.name
                           : !o.amp.empty()         ? "mixed-precision policy " + o.amp + ", cpu (oneDNN)"
@@ -317,6 +351,7 @@ void add_train(CLI::App& app) {
             if (*open_line) std::fputc('\n', stderr);  // the error starts on its own line
             throw;
         }
+        if (!report) return;
         if (o.trace) write_chrome_trace(trace_file, train_trace(r));
         if (f->json) {
             nlohmann::json j = {{"schema", "joule.train/1"}, {"net", r.net}, {"dataset", r.dataset}, {"dtype", r.dtype}, {"threads", r.threads}, {"batch", r.batch},
@@ -332,6 +367,18 @@ void add_train(CLI::App& app) {
             for (const EpochResult& e : r.epochs)
                 j["epochs"].push_back({{"loss", e.loss}, {"seconds", e.seconds}, {"images_per_second", e.images_per_s}, {"steps", e.steps}});
             if (r.test_accuracy >= 0) j["test_accuracy"] = r.test_accuracy, j["test_samples"] = r.test_samples;
+            j["losses"] = r.step_losses;
+            j["processes"] = world.size();
+            if (!r.ranks.empty()) {
+                j["allreduce_buckets"] = r.allreduce_buckets;
+                for (const auto& x : r.ranks) {
+                    nlohmann::json row = {{"host", x.host}, {"step_seconds", x.step_seconds}, {"allreduce_seconds", x.allreduce_seconds},
+                                          {"allreduce_wait_seconds", x.wait_seconds}, {"timing", "measured"}};
+                    if (x.joules >= 0) row["joules"] = x.joules, row["energy"] = x.joules_measured ? "measured" : "modelled";
+                    j["ranks"].push_back(row);
+                }
+                if (r.cluster_joules >= 0) j["cluster_joules_per_step"] = r.cluster_joules;
+            }
             if (o.trace) j["trace"] = f->trace;
             for (const LayerTime& l : r.layers) {
                 nlohmann::json row = {{"name", l.name}, {"op", l.kind}, {"forward_seconds", l.forward_s}, {"backward_seconds", l.backward_s},
@@ -374,6 +421,7 @@ void add_train(CLI::App& app) {
             std::cout << " " << d.device << " " << fixed(d.seconds * 1e3, 3) << " ms (" << (d.modelled ? "modelled" : "measured") << ", " << d.nodes << " nodes)";
         std::cout << "\n";
         if (*placed) print_prediction(**placed, *sys, r);
+        if (!r.ranks.empty()) print_ranks(r);
         print_layers(r, f->top);
         if (r.energy) print_energy(r, f->top);
         if (o.trace)

@@ -57,6 +57,8 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::AdamUpdate, "AdamUpdate", 4, 4, C::Update, shape_AdamUpdate, flops_AdamUpdate, nullptr, 0b1101, 0b1111},
     {K::Cast, "Cast", 1, 1, C::Cast, shape_Cast, flops_Cast, grad_Cast},
     {K::Transfer, "Transfer", 1, 1, C::Transfer, shape_Transfer, flops_Transfer, grad_Transfer},
+    {K::AllReduceStart, "AllReduceStart", 1, -1, C::Communication, shape_AllReduceStart, flops_AllReduceStart, nullptr},
+    {K::AllReduceWait, "AllReduceWait", 1, 1, C::Communication, shape_AllReduceWait, flops_AllReduceWait, nullptr},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -88,6 +90,7 @@ const char* category_name(OpCategory c) {
         case OpCategory::Update: return "update";
         case OpCategory::Cast: return "cast";
         case OpCategory::Transfer: return "transfer";
+        case OpCategory::Communication: return "allreduce";
         case OpCategory::Other: return "other";
     }
     return "?";

@@ -42,11 +42,13 @@ enum class OpKind : uint16_t {
     SgdUpdate, AdamUpdate,
     // plan-implied nodes, inserted by plan/'s passes: a storage-dtype change, a tensor crossing devices
     Cast, Transfer,
+    // data-parallel gradient averaging over the job's processes, inserted by plan/'s allreduce pass
+    AllReduceStart, AllReduceWait,
     Count
 };
 
 // Layer categories for per-layer-type breakdowns (the characterisation study's and CNNLab's tables).
-enum class OpCategory : uint8_t { Conv, FullyConnected, Norm, Activation, Pooling, Loss, Update, Cast, Transfer, Other };
+enum class OpCategory : uint8_t { Conv, FullyConnected, Norm, Activation, Pooling, Loss, Update, Cast, Transfer, Communication, Other };
 const char* category_name(OpCategory c);
 
 struct NoAttrs {};
@@ -121,8 +123,17 @@ struct TransferAttrs {
     std::string from, to;
 };
 
+// AllReduceStart(G1..Gk) = B: the gradients packed, in order, into one f32 bucket B whose sum over the
+// job's processes starts (non-blocking: backward goes on while it travels); AllReduceWait(B) = (G1'..Gk'):
+// once the sum is complete, each gradient's part of it divided by the number of processes -- their mean,
+// the gradient of the global batch's mean loss. The device that runs them picks the engine (the host
+// backends: MPI); the graph is the same for any. Not differentiated.
+struct AllReduceAttrs {
+    std::vector<Shape> shapes;  // the bucket's gradients, in order
+};
+
 using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs, SliceAttrs,
-                           ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs>;
+                           ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs, AllReduceAttrs>;
 
 struct Node;
 class GradBuilder;
@@ -161,8 +172,12 @@ const OpInfo& op_info(OpKind k);
 const char* op_name(OpKind k);
 inline bool has_bit(OperandMask m, size_t i) { return i < 8 && (m >> i) & 1u; }
 // The loss and optimizer updates compute in f32 by definition (log-sum-exp needs the range; f32 master
-// weights and optimizer state), whatever a plan says for their layer.
-inline bool f32_only_op(OpKind k) { return op_info(k).category == OpCategory::Loss || op_info(k).category == OpCategory::Update; }
+// weights and optimizer state), whatever a plan says for their layer; so does the all-reduce of the f32
+// gradients the updates read.
+inline bool f32_only_op(OpKind k) {
+    const OpCategory c = op_info(k).category;
+    return c == OpCategory::Loss || c == OpCategory::Update || c == OpCategory::Communication;
+}
 // A weight gradient's GEMM: mixed-precision plans store its output in f32 (the kernel writes it directly).
 inline bool weight_gradient(OpKind k) { return k == OpKind::ConvBackwardWeights || k == OpKind::LinearBackwardWeights; }
 

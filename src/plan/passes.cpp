@@ -8,7 +8,7 @@
 
 namespace joule {
 
-const std::vector<std::string> kPassNames = {"decide", "casts", "transfers", "memory"};
+const std::vector<std::string> kPassNames = {"decide", "casts", "transfers", "allreduce", "memory"};
 
 void check_pass_name(const std::string& name) {
     if (std::find(kPassNames.begin(), kPassNames.end(), name) != kPassNames.end()) return;
@@ -192,6 +192,89 @@ TrainGraph insert_transfers(TrainGraph tg) {
     });
 }
 
+TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
+    if (o.ranks < 1) throw Error("a data-parallel job has at least one process, got " + std::to_string(o.ranks));
+    if (o.ranks == 1) return tg;
+    if (o.bucket_bytes == 0) throw Error("an all-reduce bucket must hold at least one byte");
+    const Graph& g = tg.graph;
+    // the gradient each update reads, in the order backward produces them
+    struct Grad {
+        TensorId t;
+        NodeId producer;
+        std::string device;
+    };
+    std::vector<Grad> grads;
+    for (size_t k = size_t(tg.first_update); k < g.num_nodes(); ++k) {
+        const Node& u = g.node(NodeId(k));
+        if (u.kind != OpKind::SgdUpdate && u.kind != OpKind::AdamUpdate) continue;
+        const TensorId t = u.inputs[1];
+        const NodeId p = g.tensor(t).producer;
+        if (p == kNone) throw InternalError("the gradient '" + g.tensor(t).name + "' of update '" + u.name + "' has no producer");
+        if (std::any_of(grads.begin(), grads.end(), [&](const Grad& x) { return x.t == t; }))
+            throw InternalError("two updates read the gradient '" + g.tensor(t).name + "'");
+        grads.push_back({t, p, u.device});
+    }
+    std::stable_sort(grads.begin(), grads.end(), [](const Grad& a, const Grad& b) { return a.producer < b.producer; });
+    // buckets, filled in that order, one device each
+    struct Bucket {
+        std::vector<TensorId> grads;
+        size_t bytes = 0;
+        NodeId last = 0;  // its last gradient's producer
+        std::string device;
+        bool started = false;
+        TensorId sum = kNone;
+    };
+    std::vector<Bucket> buckets;
+    std::map<std::string, size_t> open;  // per device: the bucket being filled
+    for (const Grad& x : grads) {
+        const size_t bytes = g.tensor(x.t).desc.bytes();
+        auto it = open.find(x.device);
+        if (it == open.end() || buckets[it->second].bytes + bytes > o.bucket_bytes) {
+            buckets.push_back({});
+            buckets.back().device = x.device;
+            it = open.insert_or_assign(x.device, buckets.size() - 1).first;
+        }
+        Bucket& b = buckets[it->second];
+        b.grads.push_back(x.t), b.bytes += bytes, b.last = x.producer;
+    }
+    std::map<TensorId, TensorId> mean_of;  // gradient -> its mean over the processes
+    NodeId k = 0;                          // the node of g being appended
+    auto add = [](Graph& g2, OpKind kind, TensorId in_or_kNone, const std::vector<TensorId>& grads, const std::string& name, const std::string& device) {
+        std::vector<Shape> shapes;
+        for (TensorId t : grads) shapes.push_back(g2.tensor(t).desc.shape);
+        const std::vector<TensorId> in = kind == OpKind::AllReduceStart ? grads : std::vector<TensorId>{in_or_kNone};
+        const auto out = g2.add(kind, AllReduceAttrs{std::move(shapes)}, in, name, Phase::Backward, kNone, std::nullopt, TensorRole::Gradient);
+        Node& n = g2.node(g2.tensor(out.front()).producer);
+        n.device = device, n.compute = DType::F32;
+        return out;
+    };
+    tg = rebuild(std::move(tg), [&](Node& n, Graph& g2) {
+        for (size_t b = 0; b < buckets.size(); ++b) {  // the buckets whose last gradient the node before produced
+            Bucket& bucket = buckets[b];
+            if (bucket.started || bucket.last >= k) continue;
+            bucket.sum = add(g2, OpKind::AllReduceStart, kNone, bucket.grads, "allreduce:" + std::to_string(b), bucket.device).front();
+            bucket.started = true;
+        }
+        if (n.phase == Phase::Update && mean_of.empty()) {  // the first update: every bucket's wait before it
+            for (size_t b = 0; b < buckets.size(); ++b) {
+                const Bucket& bucket = buckets[b];
+                JOULE_ASSERT(bucket.started, "an all-reduce bucket not started before the updates");
+                const auto means = add(g2, OpKind::AllReduceWait, bucket.sum, bucket.grads, "allreduce:" + std::to_string(b) + ":wait", bucket.device);
+                for (size_t i = 0; i < means.size(); ++i) mean_of[bucket.grads[i]] = means[i];
+            }
+        }
+        if (n.kind == OpKind::SgdUpdate || n.kind == OpKind::AdamUpdate) n.inputs[1] = mean_of.at(n.inputs[1]);
+        ++k;
+    });
+    // a bucket belongs to no layer: its start is a source of its own, and its wait's source is its start
+    for (size_t j = 0; j < tg.graph.num_nodes(); ++j) {
+        Node& n = tg.graph.node(NodeId(j));
+        if (n.kind == OpKind::AllReduceStart) n.source = NodeId(j);
+        if (n.kind == OpKind::AllReduceWait) n.source = tg.graph.tensor(n.inputs[0]).producer;
+    }
+    return tg;
+}
+
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
     const size_t nt = g.num_tensors(), nn = g.num_nodes();
     auto aligned = [](size_t b) { return (std::max<size_t>(b, 4) + 63) / 64 * 64; };
@@ -276,6 +359,10 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     tg = insert_transfers(std::move(tg));
     lg.transfers = tg.graph.num_nodes() - before - lg.casts;
     dump("transfers", tg.graph);
+    const size_t planned = tg.graph.num_nodes();
+    tg = insert_allreduce(std::move(tg), o.allreduce);
+    lg.allreduce_buckets = (tg.graph.num_nodes() - planned) / 2;
+    dump("allreduce", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {
         *o.dump << "# memory plan after pass 'memory': " << lg.memory.buffers.size() << " buffers, " << lg.memory.bytes_total << " bytes (" << lg.memory.bytes_if_unshared
@@ -291,7 +378,8 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
         const Node& n = tg.graph.node(NodeId(k));
         auto it = origin_by_name.find(n.name);
         if (it != origin_by_name.end()) next = it->second;
-        lg.origin[k] = it != origin_by_name.end() ? it->second : next + " (" + (n.kind == OpKind::Cast ? "cast" : "transfer") + " inserted for it)";
+        const char* what = n.kind == OpKind::Cast ? "cast" : n.kind == OpKind::Transfer ? "transfer" : "all-reduce";
+        lg.origin[k] = it != origin_by_name.end() ? it->second : next + " (" + what + " inserted for it)";
     }
     lg.train = std::move(tg);
     return lg;

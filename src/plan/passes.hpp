@@ -8,6 +8,12 @@
 //   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
 //                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
 //                     them in place (else their first reader)
+//   insert_allreduce  data-parallel jobs only (ranks > 1): the f32 gradients the updates read, in the
+//                     order backward produces them, packed into buckets of at most bucket_bytes per device
+//                     (PyTorch DDP's 25 MiB); one AllReduceStart per bucket right after its last
+//                     gradient's producer, so the sum travels while backward goes on, and one AllReduceWait
+//                     per bucket before the first update, whose means the updates read. Named
+//                     "allreduce:<k>" and "allreduce:<k>:wait", k = 0 for the bucket backward fills first
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness
 //
 //   LoweredGraph lg = lower(std::move(tg), plan, {.keep = {logits, loss}});
@@ -49,11 +55,18 @@ struct LoweredGraph {
     std::vector<std::string> origin;                                  // per node: the plan entry or pass that decided it
     std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
+    size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
+};
+
+struct AllReduceOptions {
+    int ranks = 1;                           // processes of the job; 1: no all-reduce
+    size_t bucket_bytes = size_t(25) << 20;  // a bucket's most gradient bytes (one larger gradient is a bucket alone)
 };
 
 struct LowerOptions {
     std::vector<TensorId> keep;  // tensors the caller reads after a run (own buffers)
-    std::string dump_after;      // "", or a pass name: decide, casts, transfers, memory
+    AllReduceOptions allreduce;  // data-parallel training: the job's processes and bucket size
+    std::string dump_after;      // "", or a pass name: decide, casts, transfers, allreduce, memory
     std::ostream* dump = nullptr;
 };
 
@@ -68,6 +81,7 @@ TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* ori
                   std::map<std::string, std::map<std::string, std::string>>* options);
 TrainGraph insert_casts(TrainGraph tg, const Plan& plan);
 TrainGraph insert_transfers(TrainGraph tg);
+TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 
 // The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no

@@ -66,7 +66,7 @@ StepResult StepRunner::step(const std::function<void(int64_t)>& feed, const std:
     const int64_t k = o_.accumulate;
     for (int64_t i = 0; i < k; ++i) {
         if (i > 0) feed(i);
-        const RunContext pass{.training = true, .run = runs_++, .step = t_ + 1};
+        const RunContext pass{.training = true, .run = runs_++, .step = t_ + 1, .shard = o_.shard};
         ex_.run(0, tg_.first_backward, pass);
         const float loss = ex_.f32(tg_.loss)[0];
         if (check) check(loss);

@@ -43,6 +43,7 @@ struct StepOptions {
     double clip_norm = 0;    // > 0: gradients scaled to at most this global L2 norm (clip_grad_norm_)
     LrSchedule schedule;
     int64_t total_steps = 0;  // optimizer steps in the run (the cosine's length)
+    int64_t shard = 0;        // a data-parallel job's process: its shard of each global batch (RunContext::shard)
 };
 
 struct StepResult {

@@ -6,9 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <thread>
+
+#include <unistd.h>
 
 #include "backend/registry.hpp"
 #include "data/dataset.hpp"
+#include "dist/communicator.hpp"
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
@@ -48,12 +52,31 @@ std::vector<LayerTime> layer_times(const Executor& ex, int64_t steps, const Ener
     return out;
 }
 
-void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synth) {
+void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synth, int rank, int ranks) {
     const Graph& g = ex.graph();
     const TensorDesc& in = g.tensor(m.input).desc;
-    if (in.dtype == DType::I32) synth.fill_uniform_int(ex.i32(m.input), in.numel(), int32_t(m.vocab));
-    else synth.fill_normal(ex.f32(m.input), in.numel());
-    synth.fill_uniform_int(ex.i32(m.labels), g.tensor(m.labels).desc.numel(), int32_t(g.tensor(m.logits).desc.shape[1]));
+    const int64_t n = in.numel(), labels = g.tensor(m.labels).desc.numel();
+    const int32_t classes = int32_t(g.tensor(m.logits).desc.shape[1]);
+    if (ranks == 1) {
+        if (in.dtype == DType::I32) synth.fill_uniform_int(ex.i32(m.input), n, int32_t(m.vocab));
+        else synth.fill_normal(ex.f32(m.input), n);
+        synth.fill_uniform_int(ex.i32(m.labels), labels, classes);
+        return;
+    }
+    // the global batch as one process draws it (batch-major tensors: a shard is a contiguous slice)
+    auto shard = [&](auto& all, auto* mine, int64_t per_rank) { std::copy_n(all.begin() + rank * per_rank, per_rank, mine); };
+    if (in.dtype == DType::I32) {
+        std::vector<int32_t> all(size_t(n * ranks));
+        synth.fill_uniform_int(all.data(), n * ranks, int32_t(m.vocab));
+        shard(all, ex.i32(m.input), n);
+    } else {
+        std::vector<float> all(size_t(n * ranks));
+        synth.fill_normal(all.data(), n * ranks);
+        shard(all, ex.f32(m.input), n);
+    }
+    std::vector<int32_t> y(size_t(labels * ranks));
+    synth.fill_uniform_int(y.data(), labels * ranks, classes);
+    shard(y, ex.i32(m.labels), labels);
 }
 
 namespace {
@@ -104,6 +127,67 @@ std::string diagnose_non_finite(Executor& ex, NodeId first_backward) {
 }
 }  // namespace
 
+namespace {
+// Every process of a data-parallel job must run the same graph with the same flags: a mismatch (another
+// joule, other flags, an MPMD launch of two nets) would deadlock or silently average unrelated
+// gradients. Every rank learns which ranks differ from rank 0 and throws the same Error.
+void check_ranks_agree(dist::Communicator& world, const TrainGraph& tg, const TrainOptions& o, const Plan& plan) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a %a %a", double(o.optimizer.lr), o.clip_norm, double(o.optimizer.weight_decay));
+    const std::string what = fingerprint(tg) + "|" + o.net + "|" + o.dataset + "|" + std::to_string(o.batch) + "|" + std::to_string(o.accumulate) + "|" +
+                             std::to_string(o.seed) + "|" + std::to_string(o.epochs) + "|" + std::to_string(o.steps) + "|" + plan.name + "|" + buf + "|" +
+                             o.checkpoint_dir + "|" + o.resume_dir + "|" + std::to_string(o.checkpoint_every);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (unsigned char c : what) h = (h ^ c) * 0x100000001b3ULL;
+    const std::vector<uint64_t> all = world.allgather(h);
+    std::string differ;
+    for (size_t i = 1; i < all.size(); ++i)
+        if (all[i] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(i);
+    if (!differ.empty())
+        throw Error("rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ": the job's processes disagree: rank(s) " + differ +
+                        " run another graph or other training flags than rank 0",
+                    "start every rank with the same joule, net, batch, plan and flags");
+}
+
+// Each process's per-step time, all-reduce time and energy, to every rank (rank 0 reports them), and the
+// cluster's energy: ranks on one host that read one measured meter (RAPL's package) count it once.
+void gather_ranks(dist::Communicator& world, const Executor& ex, TrainResult& r, double per_step) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char* c = host; *c; ++c) h = (h ^ uint64_t(uint8_t(*c))) * 0x100000001b3ULL;
+    double allreduce = 0;
+    for (size_t n = 0; n < ex.graph().num_nodes(); ++n)
+        if (op_info(ex.graph().node(NodeId(n)).kind).category == OpCategory::Communication) allreduce += ex.node_seconds()[n] * per_step;
+    const bool energy = r.energy && r.energy->steps > 0;
+    const std::vector<double> mine = {r.step_wall_seconds, allreduce, world.wait_seconds * per_step,
+                                      energy ? r.energy->total_joules / double(r.energy->steps) : -1.0,
+                                      energy && r.energy->kind != energy::MeterKind::Modelled ? 1.0 : 0.0};
+    const std::vector<double> all = world.allgather(mine);
+    const std::vector<uint64_t> hosts = world.allgather(h);
+    std::vector<uint64_t> seen;
+    std::map<uint64_t, double> measured_per_host;
+    r.cluster_joules = 0;
+    for (int i = 0; i < world.size(); ++i) {
+        const double* v = &all[size_t(i) * mine.size()];
+        TrainResult::Rank row;
+        auto at = std::find(seen.begin(), seen.end(), hosts[size_t(i)]);
+        if (at == seen.end()) at = seen.insert(seen.end(), hosts[size_t(i)]);
+        row.host = "host " + std::to_string(at - seen.begin());
+        row.step_seconds = v[0], row.allreduce_seconds = v[1], row.wait_seconds = v[2], row.joules = v[3], row.joules_measured = v[4] > 0;
+        if (row.joules < 0) r.cluster_joules = -1;
+        else if (r.cluster_joules >= 0) {
+            if (row.joules_measured) measured_per_host[hosts[size_t(i)]] = std::max(measured_per_host[hosts[size_t(i)]], row.joules);
+            else r.cluster_joules += row.joules;
+        }
+        r.ranks.push_back(row);
+    }
+    if (r.cluster_joules >= 0)
+        for (const auto& [host_id, j] : measured_per_host) r.cluster_joules += j;
+}
+
+}  // namespace
+
 std::vector<TracedNode> traced_nodes(const Graph& g) {
     std::vector<TracedNode> out;
     for (size_t n = 0; n < g.num_nodes(); ++n) {
@@ -133,9 +217,16 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     if (!real_data && o.dataset != "synthetic") throw Error("unknown dataset '" + o.dataset + "'", "use fashion-mnist or synthetic");
     if (real_data && info.sequence) throw Error(o.net + " takes token sequences, not images", "use --dataset synthetic");
 
+    // a data-parallel job: --batch is the global batch, each process takes its shard
+    dist::Communicator& world = dist::world();
+    const int ranks = world.size(), rank = world.rank();
+    if (o.batch % ranks != 0)
+        throw Error("--batch " + std::to_string(o.batch) + " is the global batch of the job's " + std::to_string(ranks) + " processes and must be divisible by it",
+                    "use a multiple of " + std::to_string(ranks));
+    const int64_t local_batch = o.batch / ranks;
     data::TrainTestSplit split;
     zoo::NetConfig cfg;
-    cfg.batch = o.batch;
+    cfg.batch = local_batch;
     cfg.seq_len = o.seq_len;
     if (real_data) {
         split = data::load_fashion_mnist(o.data_dir.empty() ? data::kDefaultFashionMnistDir : o.data_dir);
@@ -163,8 +254,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                                             : read_plan_file(o.plan_file);
     LowerOptions lower_options;
     lower_options.keep = {m.logits, m.loss};
+    lower_options.allreduce = {ranks, o.bucket_bytes};
     const LoweredGraph lg = lower(std::move(train_graph), plan, lower_options);
     const TrainGraph& tg = lg.train;
+    if (ranks > 1) check_ranks_agree(world, tg, o, plan);
     ExecutorOptions exec_options;
     exec_options.seed = o.seed;
     Executor ex(lg, backends, exec_options);
@@ -180,6 +273,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     r.threads = ex.threads();
     r.batch = o.batch;
     r.parameters = params;
+    r.allreduce_buckets = int64_t(lg.allreduce_buckets);
     r.buffer_bytes = ex.bytes_allocated();
     r.unshared_bytes = ex.bytes_if_unshared();
 
@@ -215,12 +309,14 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                     "lower --accumulate or --batch");
     if (!real_data && o.steps == 0) steps_per_epoch = std::min<int64_t>(steps_per_epoch, 20);
     if (o.steps > 0) steps_per_epoch = std::min(steps_per_epoch, o.steps);
-    StepRunner runner(ex, tg, o.optimizer, {.accumulate = k, .clip_norm = o.clip_norm, .schedule = o.schedule, .total_steps = steps_per_epoch * o.epochs});
+    StepRunner runner(ex, tg, o.optimizer, {.accumulate = k, .clip_norm = o.clip_norm, .schedule = o.schedule, .total_steps = steps_per_epoch * o.epochs,
+                                           .shard = rank});
     r.accumulate = k;
 
     // checkpoints: what the run is, and, resuming, where it stood
     if (o.checkpoint_every < 0) throw Error("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
-    if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);
+    const bool writes_checkpoints = !o.checkpoint_dir.empty() && rank == 0;  // the job's files are rank 0's
+    if (writes_checkpoints) prepare_checkpoint_dir(o.checkpoint_dir);
     const CheckpointState identity{o.net, o.dataset, plan.name, o.batch, k, o.seed};
     int64_t start_epoch = 0, start_step = 0;
     double start_loss_sum = 0;
@@ -245,6 +341,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         if (start_step == steps_per_epoch) ++start_epoch, start_step = 0, start_loss_sum = 0;  // written at an epoch's end: the next one
         r.resumed_at_step = c.steps_done, r.first_epoch = start_epoch;
     }
+    // every process starts from rank 0's parameters and optimizer state (initialised or resumed)
+    if (ranks > 1)
+        for (size_t t = 0; t < tg.graph.num_tensors(); ++t) {
+            const Tensor& x = tg.graph.tensor(TensorId(t));
+            if (x.role == TensorRole::Parameter || x.role == TensorRole::State) world.broadcast(ex.data(TensorId(t)), x.desc.bytes(), 0);
+        }
     auto checkpoint = [&](int64_t e, int64_t next_step, double loss_sum) {
         CheckpointState c = identity;
         c.epoch = e, c.step_in_epoch = next_step, c.steps_done = runner.steps_done(), c.passes_done = runner.passes_done(), c.epoch_loss_sum = loss_sum;
@@ -253,6 +355,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         ++r.checkpoints;
     };
     const char* kill_after = std::getenv("JOULE_FAULT_KILL_AFTER_STEP");  // fault injection for the tests: a crash after that optimizer step
+    const char* stall = std::getenv("JOULE_FAULT_STALL_RANK");            // ... and that process of a job stuck after its first step
 
     // at least one timed step: warm-up takes at most all but the last step
     const int64_t to_run = steps_per_epoch * (o.epochs - start_epoch) - start_step;
@@ -270,9 +373,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         const auto t0 = clock::now();
         for (int64_t s = resumed ? start_step : 0; s < steps_per_epoch; ++s) {
             auto feed = [&](int64_t) {
-                auto idx = it.next();
-                if (real_data) split.train.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
-                else fill_synthetic(ex, m, synth);
+                auto idx = it.next();  // the global batch; this process's shard of it
+                if (real_data) split.train.gather({idx->begin() + rank * local_batch, idx->begin() + (rank + 1) * local_batch}, ex.f32(m.input), ex.i32(m.labels));
+                else fill_synthetic(ex, m, synth, rank, ranks);
             };
             feed(0);  // the first micro-batch before the step's clock starts; the others inside it
             const bool record = recorder && total_steps >= warmup;
@@ -288,18 +391,24 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                                 "training diverged: lower --lr (it is " + fmt_lr(o.optimizer.lr) + "), or check the input data");
             };
             const StepResult sr = runner.step(feed, check);
-            const double loss = sr.loss;
+            double loss = sr.loss;
+            if (ranks > 1) {  // the global batch's mean: the mean of the shards' means (equal shards)
+                world.allreduce_sum(&loss, 1);
+                loss /= ranks;
+            }
+            r.step_losses.push_back(loss);
             r.last_lr = sr.lr;
             if (total_steps >= warmup) timed_wall += std::chrono::duration<double>(clock::now() - s0).count();
             if (record) recorder->step_end();
             if (trace) ex.record_spans(nullptr);
             loss_sum += loss;
             ++er.steps, ++here;
-            if (++total_steps == warmup) ex.reset_timing();
+            if (++total_steps == warmup) ex.reset_timing(), world.wait_seconds = 0;
             const bool last = e + 1 == o.epochs && s + 1 == steps_per_epoch;
-            if (!o.checkpoint_dir.empty() && (o.checkpoint_every > 0 ? runner.steps_done() % o.checkpoint_every == 0 || last : s + 1 == steps_per_epoch))
+            if (writes_checkpoints && (o.checkpoint_every > 0 ? runner.steps_done() % o.checkpoint_every == 0 || last : s + 1 == steps_per_epoch))
                 checkpoint(e, s + 1, loss_sum);
             if (kill_after && std::atoll(kill_after) == runner.steps_done()) std::raise(SIGKILL);
+            if (stall && std::atoi(stall) == rank && runner.steps_done() == 1) std::this_thread::sleep_for(std::chrono::hours(1));
             if (on_progress) {
                 const double el = std::chrono::duration<double>(clock::now() - t0).count();
                 on_progress({e, s + 1, steps_per_epoch, loss_sum / double(er.steps), double(here * k * o.batch) / el, sr.lr});
@@ -331,17 +440,18 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         r.emulation_seconds += ex.node_emulation_seconds()[n] * per_step;
     }
     r.step_wall_seconds = timed_wall * per_step;
+    if (ranks > 1) gather_ranks(world, ex, r, per_step);
 
-    const int64_t eval_total = real_data ? (o.eval_samples < 0 ? split.test.size() : std::min<int64_t>(o.eval_samples, split.test.size())) : 0;
+    const int64_t eval_total = real_data && rank == 0 ? (o.eval_samples < 0 ? split.test.size() : std::min<int64_t>(o.eval_samples, split.test.size())) : 0;
     if (eval_total > 0) {
         // Evaluate on the first eval_total test images with the training batch size; the last batch is
         // padded and its padding ignored.
-        data::BatchIterator test_it(eval_total, o.batch, false, 0, true);
+        data::BatchIterator test_it(eval_total, local_batch, false, 0, true);
         int64_t correct = 0;
         const auto t0 = clock::now();
         while (auto idx = test_it.next()) {
             const size_t valid = idx->size();
-            while (int64_t(idx->size()) < o.batch) idx->push_back(idx->front());
+            while (int64_t(idx->size()) < local_batch) idx->push_back(idx->front());
             split.test.gather(*idx, ex.f32(m.input), ex.i32(m.labels));
             ex.run_forward({.training = false});
             const std::vector<float> z = ex.read_f32(m.logits);  // bf16 under a low-precision plan

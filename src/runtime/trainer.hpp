@@ -68,6 +68,9 @@ struct TrainOptions {
     int64_t eval_samples = -1;
     std::function<void(const EvalProgress&)> on_eval_progress;
     bool trace = false;  // keep every timed step's node spans (TrainResult::traced_steps)
+    // Data-parallel (a job of dist::world()'s processes, started by mpirun): `batch` is the global batch,
+    // each process takes its shard of every one; gradients are averaged in buckets of this size.
+    size_t bucket_bytes = size_t(25) << 20;
 };
 
 struct TrainProgress {
@@ -132,6 +135,19 @@ struct TrainResult {
     // each timed step's node spans (steady clock; NodeSpan::device indexes `devices`)
     std::vector<TracedNode> traced_nodes;
     std::vector<std::vector<energy::NodeSpan>> traced_steps;
+    std::vector<double> step_losses;  // every optimizer step this run took (the global batch's mean loss)
+    // Data-parallel jobs: one row per process (rank order), from what each measured.
+    struct Rank {
+        std::string host;
+        double step_seconds = 0;       // wall time per timed step
+        double allreduce_seconds = 0;  // per step in the all-reduce nodes (packing, waiting, averaging)
+        double wait_seconds = 0;       // per step waiting for the sums: communication backward did not hide
+        double joules = -1;            // per step, total (< 0: no energy recorded)
+        bool joules_measured = false;
+    };
+    std::vector<Rank> ranks;
+    int64_t allreduce_buckets = 0;
+    double cluster_joules = -1;  // per step, over the job's hosts (a host's meter counted once)
 };
 
 TrainResult train(const TrainOptions& opts, const std::function<void(const TrainProgress&)>& on_progress = {});
@@ -139,8 +155,9 @@ TrainResult train(const TrainOptions& opts, const std::function<void(const Train
 namespace data {
 class SyntheticData;
 }
-// Fills a model's input (N(0,1) images or uniform tokens) and labels with synthetic data.
-void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synth);
+// Fills a model's input (N(0,1) images or uniform tokens) and labels with synthetic data: the global
+// batch of `ranks` shards as one process would draw it, of which this executor's batch is shard `rank`.
+void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synth, int rank = 0, int ranks = 1);
 
 // Per-layer time table from an executor's node timings (divided by `steps`).
 class Executor;

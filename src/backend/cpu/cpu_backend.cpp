@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include "backend/collective.hpp"
 #include "backend/cpu/cores.hpp"
 #include "backend/cpu/kernels.hpp"
 
@@ -156,6 +157,7 @@ std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std
             case OpKind::SgdUpdate: case OpKind::AdamUpdate: return make_update(a);
             case OpKind::Cast: return make_cast(a);
             case OpKind::Transfer: return make_transfer(a);
+            case OpKind::AllReduceStart: case OpKind::AllReduceWait: return make_allreduce_kernel(g, id, inputs, outputs);
             case OpKind::Count: break;
         }
     } catch (const dnnl::error& e) {

@@ -69,13 +69,13 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
 namespace {
 // y = x * mask over n elements of storage type T (float or bf16 bits), mask in the same type.
 template <class T>
-void dropout_loop(const T* x, T* y, T* mask, int64_t n, uint64_t base, float p) {
+void dropout_loop(const T* x, T* y, T* mask, int64_t n, int64_t first, uint64_t base, float p) {
     auto load = [](T v) { if constexpr (std::is_same_v<T, float>) return v; else return bf16_to_f32(v); };
     auto store = [](float v) { if constexpr (std::is_same_v<T, float>) return v; else return f32_to_bf16(v); };
     const float keep_scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-        const float m = dropout_keeps(base, i, p) ? keep_scale : 0.0f;
+        const float m = dropout_keeps(base, first + i, p) ? keep_scale : 0.0f;
         mask[i] = store(m);
         y[i] = store(load(x[i]) * m);
     }
@@ -97,8 +97,9 @@ std::unique_ptr<Kernel> make_dropout(const KernelArgs& a) {
             return;
         }
         const uint64_t base = mix64(stream + rc.run);
-        if (bf16) dropout_loop(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), static_cast<uint16_t*>(mask), n, base, at.p);
-        else dropout_loop(static_cast<const float*>(x), static_cast<float*>(y), static_cast<float*>(mask), n, base, at.p);
+        const int64_t first = rc.shard * n;
+        if (bf16) dropout_loop(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), static_cast<uint16_t*>(mask), n, first, base, at.p);
+        else dropout_loop(static_cast<const float*>(x), static_cast<float*>(y), static_cast<float*>(mask), n, first, base, at.p);
     });
 }
 

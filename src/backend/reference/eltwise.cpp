@@ -56,7 +56,7 @@ std::unique_ptr<Kernel> dropout(const Op& op) {
         const uint64_t base = mix64(stream + rc.run);
         const float keep_scale = 1.0f / (1.0f - p);
         for (int64_t i = 0; i < x.numel(); ++i) {
-            const float m = dropout_keeps(base, x.storage(i), p) ? keep_scale : 0.0f;
+            const float m = dropout_keeps(base, rc.shard * x.numel() + x.storage(i), p) ? keep_scale : 0.0f;
             mask.set(i, m);
             y.set(i, x.get(i) * m);  // the product in float, as every backend rounds it
         }

@@ -1,6 +1,8 @@
 // The reference backend's operand accessor, supports() and the dispatch to the op-family loops.
 #include "backend/reference/reference_backend.hpp"
 
+#include "backend/collective.hpp"
+
 #include <cstring>
 
 #include "backend/reference/kernels.hpp"
@@ -140,6 +142,7 @@ std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, con
             return make_loss(op);
         case OpKind::SgdUpdate: case OpKind::AdamUpdate: return make_update(op);
         case OpKind::Cast: case OpKind::Transfer: return make_convert(op);
+        case OpKind::AllReduceStart: case OpKind::AllReduceWait: return make_allreduce_kernel(g, id, inputs, outputs);
         case OpKind::Count: break;
     }
     throw InternalError("no reference kernel for " + std::string(op_name(n.kind)));
