@@ -77,6 +77,25 @@ TEST(AllReducePass, BucketsFollowBackwardAndFeedTheUpdates) {
     test::expect_error([] { lenet_lowered(0, 1); }, "at least one process");
 }
 
+TEST(AllReducePass, InspectShowsAProcesssGraph) {
+    const test::CommandResult r = test::run_command(std::string(JOULE_BINARY) + " inspect lenet5 --batch 8 --processes 2 --bucket-mib 0.1 --json 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["processes"], 2);
+    EXPECT_EQ(j["allreduce_buckets"], 3) << "fc3 + fc2 (43 KiB), fc1's weight alone (188 KiB), the rest";
+    size_t starts = 0;
+    for (const auto& n : j["nodes"]) {
+        if (n["op"] == "AllReduceStart") ++starts;
+        if (n["name"] == "conv1") {
+            EXPECT_EQ(n["inputs"][0]["desc"], "f32[4, 1, 28, 28] nhwc") << "each process's shard of the global batch";
+        }
+    }
+    EXPECT_EQ(starts, 3u);
+    const test::CommandResult odd = test::run_command(std::string(JOULE_BINARY) + " inspect lenet5 --processes 2 2>&1");
+    EXPECT_NE(odd.code, 0);
+    EXPECT_NE(odd.out.find("joule: error: --batch 1 is the global batch of the job's 2 processes and must be divisible by it"), std::string::npos) << odd.out;
+}
+
 // --- mpirun ---------------------------------------------------------------------------------------
 
 // mpirun as root needs --allow-run-as-root; --oversubscribe lets 2 ranks start whatever the slot count.

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "graph/error.hpp"
 #include "graph/autodiff.hpp"
 #include "backend/registry.hpp"
 #include "graph/cost.hpp"
@@ -33,11 +34,20 @@ void add_inspect(CLI::App& app) {
     cmd->add_flag("--json", *json, "machine-readable output");
     auto* plan = cmd->add_option("--plan", *plan_file, "plan file to apply (default: the built-in plan of --dtype / --dtype-scope)");
     for (const char* x : {"--dtype", "--dtype-scope"}) plan->excludes(x);
-    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, transfers or memory");
-    cmd->callback([o, json, plan_file, dump_after] {
+    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, transfers, allreduce or memory");
+    auto dp = std::make_shared<std::pair<int, double>>(1, 25.0);  // processes, bucket MiB
+    cmd->add_option("--processes", dp->first, "the graph one process of a data-parallel job of N runs (mpirun -np N joule train): --batch is the global batch")
+        ->check(number_in(1, 1 << 20));
+    cmd->add_option("--bucket-mib", dp->second, "with --processes: gradients all-reduced in buckets of at most this many MiB")
+        ->capture_default_str()
+        ->check(number_in(0, 4096, true));
+    cmd->callback([o, json, plan_file, dump_after, dp] {
         if (!dump_after->empty()) check_pass_name(*dump_after);
+        const auto [processes, bucket_mib] = *dp;
+        if (o->batch % processes != 0)
+            throw Error("--batch " + std::to_string(o->batch) + " is the global batch of the job's " + std::to_string(processes) + " processes and must be divisible by it");
         zoo::NetConfig cfg;
-        cfg.batch = o->batch;
+        cfg.batch = o->batch / processes;
         cfg.image_size = o->image_size;
         cfg.seq_len = o->seq_len;
         zoo::Model m = zoo::build(o->net, cfg);
@@ -50,6 +60,7 @@ void add_inspect(CLI::App& app) {
         LowerOptions lo;
         lo.keep = {m.logits, m.loss};
         lo.dump_after = *dump_after;
+        lo.allreduce = {processes, size_t(bucket_mib * 1048576.0)};
         lo.dump = &std::cout;
         const LoweredGraph lg = lower(std::move(unplanned), p, lo);
         if (!dump_after->empty()) return;
@@ -76,6 +87,8 @@ void add_inspect(CLI::App& app) {
                                         {"plan", p.name},
                                         {"casts", lg.casts},
                                         {"transfers", lg.transfers},
+                                        {"processes", processes},
+                                        {"allreduce_buckets", lg.allreduce_buckets},
                                         {"parameters", g.parameter_count()},
                                         {"nodes", nodes},
                                         {"total", {{"flops", total.total.flops}, {"bytes_read", total.total.bytes_read}, {"bytes_written", total.total.bytes_written}}},
@@ -92,7 +105,9 @@ void add_inspect(CLI::App& app) {
                    shapes(g, n.outputs), fixed(c.flops / 1e6, 3), bytes_str(c.bytes_read), bytes_str(c.bytes_written)});
         }
         t.print(std::cout);
-        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers; graph fingerprint " << print << "\n";
+        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers";
+        if (processes > 1) std::cout << "; one of " << processes << " processes (batch " << cfg.batch << " each), " << lg.allreduce_buckets << " gradient bucket(s) all-reduced";
+        std::cout << "; graph fingerprint " << print << "\n";
         std::cout << g.num_nodes() << " nodes, " << g.parameter_count() << " parameters; per iteration: " << si(total.total.flops, "FLOP")
                   << " (forward " << si(total.forward.flops, "FLOP") << "), " << bytes_str(total.total.bytes_read) << " read, "
                   << bytes_str(total.total.bytes_written) << " written (each tensor counted once per access)\n";
