@@ -27,6 +27,7 @@ struct PredictFlags {
     std::string nodes, intra, inter;
     int per_node = 1, nics = 1;
     double bucket_mib = 25;
+    int threads = 0;  // a CPU: the cores the work gets (0: all)
 };
 
 struct LayerTotals {
@@ -55,8 +56,12 @@ void add_predict(CLI::App& app) {
     cmd->add_option("--inter-link", f->inter, "the network between nodes (a data/hw link: ib-hdr, ib-ndr, eth-100g, ...)")->needs(nodes);
     cmd->add_option("--nics", f->nics, "network adapters per node (one ring across nodes each)")->capture_default_str()->check(number_in(1, 64))->needs(nodes);
     cmd->add_option("--bucket-mib", f->bucket_mib, "gradient bucket per all-reduce in MiB (PyTorch DDP's default)")->capture_default_str()->check(positive_number())->needs(nodes);
+    cmd->add_option("--threads", f->threads, "a CPU device: the work runs on this many of its cores (0: all; a data-parallel process's share)")->check(number_in(0, 4096));
     cmd->callback([f] {
-        const predict::DeviceModel d = load_whole_net_device(f->device);
+        const predict::DeviceModel d = predict::on_threads(load_whole_net_device(f->device), f->threads);
+        if (f->threads > 0 && d.spec().kind != "cpu") throw Error("--threads applies to a CPU device; " + d.spec().name + " is a " + d.spec().kind);
+        if (f->threads > d.spec().cores && d.spec().cores > 0)
+            throw Error("--threads " + std::to_string(f->threads) + ": " + d.spec().name + " has " + std::to_string(d.spec().cores) + " cores");
         const hw::DeviceSpec& spec = d.spec();
         const DType dtype = parse_dtype(f->net.dtype);
         if (!d.has(dtype))

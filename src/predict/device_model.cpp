@@ -223,6 +223,12 @@ DeviceModel load_device_model(const std::string& name, double share) {
     return DeviceModel(std::move(spec), std::move(eff), share);
 }
 
+DeviceModel on_threads(const DeviceModel& whole, int threads) {
+    const hw::DeviceSpec& spec = whole.spec();
+    if (spec.kind != "cpu" || spec.cores <= 0 || threads <= 0) return whole;
+    return DeviceModel(spec, whole.efficiency() ? std::optional(*whole.efficiency()) : std::nullopt, std::min(1.0, double(threads) / double(spec.cores)));
+}
+
 NodeWork node_work(const Graph& g, NodeId n, DType dtype, double capacity_bytes) {
     NodeWork w;
     w.kind = g.node(n).kind;

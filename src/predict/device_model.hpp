@@ -105,6 +105,9 @@ private:
 // The spec (by name, alias or path) with the efficiency file it names (data/efficiency/). An efficiency
 // file fitted on other hardware than the spec describes is an error naming both files.
 DeviceModel load_device_model(const std::string& name_alias_or_path, double share = 1);
+// A CPU's model for work on `threads` of its cores (share threads / cores, at most 1); `whole` itself
+// for other devices or threads <= 0.
+DeviceModel on_threads(const DeviceModel& whole, int threads);
 
 // What a node would cost: computing in `dtype` (its operands stored as operand_dtype() says). Throws
 // Error when the device has no peak for dtype (a planner asks has() first) or the setting is invalid.

@@ -69,13 +69,7 @@ HtmlSection prediction_section(const profile::Store& db, const std::string& net,
         auto it = models.find(threads);
         if (it == models.end()) {
             if (models.empty()) models.emplace(0, predict::load_device_model(p.device));  // the whole device, read once
-            const predict::DeviceModel& whole = models.at(0);
-            const hw::DeviceSpec& spec = whole.spec();
-            const bool slice = spec.kind == "cpu" && spec.cores > 0 && threads > 0;
-            it = slice ? models.emplace(threads, predict::DeviceModel(spec, whole.efficiency() ? std::optional(*whole.efficiency()) : std::nullopt,
-                                                                      std::min(1.0, double(threads) / double(spec.cores))))
-                             .first
-                       : models.find(0);
+            it = models.emplace(threads, predict::on_threads(models.at(0), threads)).first;
         }
         return it->second;
     };
