@@ -29,7 +29,7 @@ TEST(AllReducePass, BucketsFollowBackwardAndFeedTheUpdates) {
         const Graph& g = lg.train.graph;
         const NodeId first_update = lg.train.first_update;
         ASSERT_EQ(g.node(first_update).phase, Phase::Update);
-        std::map<NodeId, int64_t> bucket_elements;  // per start node
+        std::map<NodeId, int64_t> bucket_elements;  // per start node: its gradients' elements
         size_t starts = 0, waits = 0;
         for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) {
             const Node& x = g.node(n);
@@ -44,7 +44,23 @@ TEST(AllReducePass, BucketsFollowBackwardAndFeedTheUpdates) {
                 for (NodeId between = last + 1; between < n; ++between)  // started right after its last gradient
                     EXPECT_EQ(g.node(between).kind, OpKind::AllReduceStart) << x.name << " waits behind " << g.node(between).name;
                 EXPECT_TRUE(bytes <= bucket || x.inputs.size() == 1) << x.name << ": " << bytes << " bytes";
-                bucket_elements[n] = g.tensor(x.outputs[0]).desc.numel();
+                int64_t elements = 0;
+                for (TensorId t : x.inputs) elements += g.tensor(t).desc.numel();
+                bucket_elements[n] = elements;
+                const std::vector<int64_t> at = bucket_offsets(attrs_as<AllReduceAttrs>(x).shapes);
+                EXPECT_EQ(g.tensor(x.outputs[0]).desc.numel(), at.back());
+                EXPECT_LT(at.back() - elements, 16 * int64_t(x.inputs.size())) << "at most 15 elements of padding per gradient";
+                // the memory plan stores each gradient inside its bucket, at its offset, and the means there too
+                const MemoryPlan& mp = lg.memory;
+                const size_t b = size_t(x.outputs[0]);
+                for (size_t i = 0; i < x.inputs.size(); ++i) {
+                    const size_t t = size_t(x.inputs[i]);
+                    EXPECT_EQ(at[i] % 16, 0) << "64-byte aligned";
+                    EXPECT_EQ(mp.buffer_of[t], mp.buffer_of[b]) << g.tensor(TensorId(t)).name;
+                    EXPECT_EQ(mp.offset_of[t], mp.offset_of[b] + size_t(at[i]) * 4) << g.tensor(TensorId(t)).name;
+                    const Node& wait = g.node(g.consumers(x.outputs[0]).front());
+                    EXPECT_EQ(mp.offset_of[size_t(wait.outputs[i])], mp.offset_of[t]) << "averaged in place";
+                }
             }
             if (x.kind == OpKind::AllReduceWait) {
                 ++waits;

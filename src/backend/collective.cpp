@@ -1,5 +1,6 @@
 #include "backend/collective.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "dist/communicator.hpp"
@@ -8,17 +9,24 @@
 namespace joule {
 
 namespace {
+// A gradient's buffer and its place in the bucket; `in_place` when the memory plan stores it there.
 struct Part {
     float* p;
     int64_t n;
+    float* in_bucket;
+    bool in_place() const { return p == in_bucket; }
 };
 
 class AllReduceStartKernel final : public Kernel {
 public:
     AllReduceStartKernel(std::vector<Part> grads, float* bucket, int64_t n) : grads_(std::move(grads)), bucket_(bucket), n_(n) {}
     void run(const RunContext&) override {
-        float* at = bucket_;
-        for (const Part& g : grads_) at = std::copy(g.p, g.p + g.n, at);
+        float* end = bucket_;  // the gaps between gradients are zeros (other tensors may have used them between steps)
+        for (const Part& g : grads_) {
+            std::fill(end, g.in_bucket, 0.0f);
+            if (!g.in_place()) std::copy(g.p, g.p + g.n, g.in_bucket);
+            end = g.in_bucket + g.n;
+        }
         dist::Communicator& c = dist::world();
         c.start_allreduce(bucket_, n_);
         c.progress();  // and lets the buckets started before it advance
@@ -36,14 +44,14 @@ public:
     void run(const RunContext&) override {
         dist::Communicator& c = dist::world();
         c.wait(bucket_);
+        if (c.size() == 1 && std::all_of(grads_.begin(), grads_.end(), [](const Part& g) { return g.in_place(); })) return;  // the mean of one
         const float mean = 1.0f / float(c.size());
-        const float* at = bucket_;
         for (const Part& g : grads_) {
-            float* out = g.p;
+            const float* from = g.in_bucket;
+            float* to = g.p;
             const int64_t n = g.n;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-            for (int64_t j = 0; j < n; ++j) out[j] = at[j] * mean;
-            at += n;
+            for (int64_t j = 0; j < n; ++j) to[j] = from[j] * mean;
         }
     }
 
@@ -55,15 +63,16 @@ private:
 
 std::unique_ptr<Kernel> make_allreduce_kernel(const Graph& g, NodeId id, const std::vector<void*>& inputs, const std::vector<void*>& outputs) {
     const Node& n = g.node(id);
-    auto parts = [&](const std::vector<TensorId>& ts, const std::vector<void*>& ptrs) {
-        std::vector<Part> v;
-        for (size_t i = 0; i < ts.size(); ++i) v.push_back({static_cast<float*>(ptrs[i]), g.tensor(ts[i]).desc.numel()});
-        return v;
-    };
-    if (n.kind == OpKind::AllReduceStart)
-        return std::make_unique<AllReduceStartKernel>(parts(n.inputs, inputs), static_cast<float*>(outputs[0]), g.tensor(n.outputs[0]).desc.numel());
-    if (n.kind == OpKind::AllReduceWait) return std::make_unique<AllReduceWaitKernel>(static_cast<float*>(inputs[0]), parts(n.outputs, outputs));
-    throw InternalError(std::string("not an all-reduce node: ") + op_name(n.kind));
+    const std::vector<int64_t> at = bucket_offsets(attrs_as<AllReduceAttrs>(n).shapes);
+    const bool start = n.kind == OpKind::AllReduceStart;
+    if (!start && n.kind != OpKind::AllReduceWait) throw InternalError(std::string("not an all-reduce node: ") + op_name(n.kind));
+    float* bucket = static_cast<float*>(start ? outputs[0] : inputs[0]);
+    const std::vector<TensorId>& grads = start ? n.inputs : n.outputs;
+    const std::vector<void*>& ptrs = start ? inputs : outputs;
+    std::vector<Part> parts;
+    for (size_t i = 0; i < grads.size(); ++i) parts.push_back({static_cast<float*>(ptrs[i]), g.tensor(grads[i]).desc.numel(), bucket + at[i]});
+    if (start) return std::make_unique<AllReduceStartKernel>(std::move(parts), bucket, at.back());
+    return std::make_unique<AllReduceWaitKernel>(bucket, std::move(parts));
 }
 
 }  // namespace joule

@@ -128,9 +128,14 @@ struct TransferAttrs {
 // once the sum is complete, each gradient's part of it divided by the number of processes -- their mean,
 // the gradient of the global batch's mean loss. The device that runs them picks the engine (the host
 // backends: MPI); the graph is the same for any. Not differentiated.
+// Gi sits at element bucket_offsets(shapes)[i] of B (64-byte aligned; the gaps are zeros), so the memory
+// plan can store each Gi and Gi' inside B itself (PyTorch DDP's gradient_as_bucket_view): backward then
+// writes the bucket, the start packs nothing and the wait averages in place.
 struct AllReduceAttrs {
     std::vector<Shape> shapes;  // the bucket's gradients, in order
 };
+// Element offsets of a bucket's gradients, then the bucket's length (k + 1 values).
+std::vector<int64_t> bucket_offsets(const std::vector<Shape>& shapes);
 
 using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs, SliceAttrs,
                            ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs, AllReduceAttrs>;

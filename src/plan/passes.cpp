@@ -290,10 +290,31 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
         for (TensorId t : g.node(NodeId(n)).inputs) last[size_t(t)] = int64_t(n);
         for (TensorId t : g.node(NodeId(n)).outputs) first[size_t(t)] = int64_t(n), last[size_t(t)] = std::max(last[size_t(t)], int64_t(n));
     }
+    // Data-parallel buckets (AllReduceAttrs): the gradients a bucket carries, and their means, are stored
+    // inside it at their offsets when they are transient tensors of its device; the bucket then lives from
+    // its first gradient's producer to its means' last reader.
+    std::vector<std::pair<TensorId, size_t>> view(nt, {kNone, 0});  // (bucket, byte offset)
+    for (size_t n = 0; n < nn; ++n) {
+        const Node& node = g.node(NodeId(n));
+        const bool start = node.kind == OpKind::AllReduceStart;
+        if (!start && node.kind != OpKind::AllReduceWait) continue;
+        const TensorId bucket = start ? node.outputs[0] : node.inputs[0];
+        if (owned[size_t(bucket)]) continue;
+        const std::vector<int64_t> at = bucket_offsets(attrs_as<AllReduceAttrs>(node).shapes);
+        const std::vector<TensorId>& grads = start ? node.inputs : node.outputs;
+        for (size_t i = 0; i < grads.size(); ++i) {
+            const size_t t = size_t(grads[i]);
+            if (owned[t] || first[t] < 0 || view[t].first != kNone || tensor_device(g, grads[i]) != tensor_device(g, bucket)) continue;
+            view[t] = {bucket, size_t(at[i]) * sizeof(float)};
+            first[size_t(bucket)] = std::min(first[size_t(bucket)], first[t]);
+            last[size_t(bucket)] = std::max(last[size_t(bucket)], last[t]);
+        }
+    }
     std::map<std::string, std::vector<TensorId>> transient;  // per device
     for (size_t t = 0; t < nt; ++t) {
         const TensorId id = TensorId(t);
         mp.bytes_if_unshared += g.tensor(id).desc.bytes();
+        if (view[t].first != kNone) continue;  // placed with its bucket
         if (owned[t] || first[t] < 0) {  // persistent, kept, or never produced: a buffer of its own
             mp.buffers.push_back({tensor_device(g, id), aligned(g.tensor(id).desc.bytes())});
             mp.buffer_of[t] = int32_t(mp.buffers.size() - 1);
@@ -327,6 +348,11 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
         mp.buffers.push_back({device, arena});
         for (TensorId t : ids) mp.buffer_of[size_t(t)] = int32_t(mp.buffers.size() - 1);
     }
+    for (size_t t = 0; t < nt; ++t)
+        if (const auto [bucket, offset] = view[t]; bucket != kNone) {
+            mp.buffer_of[t] = mp.buffer_of[size_t(bucket)];
+            mp.offset_of[t] = mp.offset_of[size_t(bucket)] + offset;
+        }
     for (const auto& b : mp.buffers) mp.bytes_total += b.bytes;
     return mp;
 }

@@ -1,23 +1,33 @@
 // Data-parallel gradient averaging (inserted by plan/'s allreduce pass, never by a network):
-//   AllReduceStart(G1..Gk) = B, f32[sum of numel(Gi)]: the gradients packed in order; the sum of B over
-//     the job's P processes starts.
+//   AllReduceStart(G1..Gk) = B, f32[bucket_offsets(shapes).back()]: the gradients packed in order, each
+//     at its 64-byte aligned offset, zeros between; the sum of B over the job's P processes starts.
 //   AllReduceWait(B) = (G1'..Gk'): Gi' = (sum over processes of Gi) / P, once the sum is complete.
 // Their arithmetic is the 1/P scaling (one multiply per element, counted on the wait); their cost is
 // the bytes they move and, above all, the link's time (predict/data_parallel.hpp models it).
 #include "graph/ops/rules.hpp"
 
-namespace joule::rules {
+namespace joule {
 
-namespace {
-int64_t bucket_elements(const std::vector<Shape>& shapes) {
-    int64_t n = 0;
+std::vector<int64_t> bucket_offsets(const std::vector<Shape>& shapes) {
+    constexpr int64_t align = 16;  // f32 elements: 64 bytes
+    std::vector<int64_t> at;
+    int64_t end = 0;
     for (const Shape& s : shapes) {
         int64_t e = 1;
         for (int64_t d : s) e *= d;
-        n += e;
+        at.push_back((end + align - 1) / align * align);
+        end = at.back() + e;
     }
-    return n;
+    at.push_back(end);
+    return at;
 }
+
+}  // namespace joule
+
+namespace joule::rules {
+
+namespace {
+int64_t bucket_elements(const std::vector<Shape>& shapes) { return bucket_offsets(shapes).back(); }
 }  // namespace
 
 Descs shape_AllReduceStart(const Node& n, const Descs& in) {
