@@ -57,12 +57,6 @@ void fill_synthetic(Executor& ex, const zoo::Model& m, data::SyntheticData& synt
     const TensorDesc& in = g.tensor(m.input).desc;
     const int64_t n = in.numel(), labels = g.tensor(m.labels).desc.numel();
     const int32_t classes = int32_t(g.tensor(m.logits).desc.shape[1]);
-    if (ranks == 1) {
-        if (in.dtype == DType::I32) synth.fill_uniform_int(ex.i32(m.input), n, int32_t(m.vocab));
-        else synth.fill_normal(ex.f32(m.input), n);
-        synth.fill_uniform_int(ex.i32(m.labels), labels, classes);
-        return;
-    }
     // the global batch as one process draws it (batch-major tensors: a shard is a contiguous slice)
     auto shard = [&](auto& all, auto* mine, int64_t per_rank) { std::copy_n(all.begin() + rank * per_rank, per_rank, mine); };
     if (in.dtype == DType::I32) {
@@ -125,9 +119,7 @@ std::string diagnose_non_finite(Executor& ex, NodeId first_backward) {
     }
     return out.empty() ? "no parameter or forward output holds one on a re-run" : out;
 }
-}  // namespace
 
-namespace {
 // Every process of a data-parallel job must run the same graph with the same flags: a mismatch (another
 // joule, other flags, an MPMD launch of two nets) would deadlock or silently average unrelated
 // gradients. Every rank learns which ranks differ from rank 0 and throws the same Error.
