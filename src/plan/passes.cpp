@@ -239,10 +239,10 @@ TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
     }
     std::map<TensorId, TensorId> mean_of;  // gradient -> its mean over the processes
     NodeId k = 0;                          // the node of g being appended
-    auto add = [](Graph& g2, OpKind kind, TensorId in_or_kNone, const std::vector<TensorId>& grads, const std::string& name, const std::string& device) {
+    // a start (inputs: the bucket's gradients) or a wait (input: the bucket) of the bucket of `grads`
+    auto add = [](Graph& g2, OpKind kind, const std::vector<TensorId>& in, const std::vector<TensorId>& grads, const std::string& name, const std::string& device) {
         std::vector<Shape> shapes;
         for (TensorId t : grads) shapes.push_back(g2.tensor(t).desc.shape);
-        const std::vector<TensorId> in = kind == OpKind::AllReduceStart ? grads : std::vector<TensorId>{in_or_kNone};
         const auto out = g2.add(kind, AllReduceAttrs{std::move(shapes)}, in, name, Phase::Backward, kNone, std::nullopt, TensorRole::Gradient);
         Node& n = g2.node(g2.tensor(out.front()).producer);
         n.device = device, n.compute = DType::F32;
@@ -252,14 +252,14 @@ TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
         for (size_t b = 0; b < buckets.size(); ++b) {  // the buckets whose last gradient the node before produced
             Bucket& bucket = buckets[b];
             if (bucket.started || bucket.last >= k) continue;
-            bucket.sum = add(g2, OpKind::AllReduceStart, kNone, bucket.grads, "allreduce:" + std::to_string(b), bucket.device).front();
+            bucket.sum = add(g2, OpKind::AllReduceStart, bucket.grads, bucket.grads, "allreduce:" + std::to_string(b), bucket.device).front();
             bucket.started = true;
         }
         if (n.phase == Phase::Update && mean_of.empty()) {  // the first update: every bucket's wait before it
             for (size_t b = 0; b < buckets.size(); ++b) {
                 const Bucket& bucket = buckets[b];
                 JOULE_ASSERT(bucket.started, "an all-reduce bucket not started before the updates");
-                const auto means = add(g2, OpKind::AllReduceWait, bucket.sum, bucket.grads, "allreduce:" + std::to_string(b) + ":wait", bucket.device);
+                const auto means = add(g2, OpKind::AllReduceWait, {bucket.sum}, bucket.grads, "allreduce:" + std::to_string(b) + ":wait", bucket.device);
                 for (size_t i = 0; i < means.size(); ++i) mean_of[bucket.grads[i]] = means[i];
             }
         }
