@@ -344,7 +344,7 @@ TEST(Cli, ReportPredictsTheProfiledStepsOnADevice) {
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("2 section(s), 10 figure(s)"), std::string::npos) << r.out;
     std::ifstream in(page);
-    const std::string html(std::istreambuf_iterator<char>(in), {});
+    std::string html(std::istreambuf_iterator<char>(in), {});
     EXPECT_NE(html.find("lenet5: predicted against measured"), std::string::npos);
     EXPECT_NE(html.find("step time, measured and predicted on gpu-nvidia-v100-sxm2 (measured and modelled)"), std::string::npos);
     EXPECT_NE(html.find("mean |difference|"), std::string::npos);
@@ -362,11 +362,22 @@ TEST(Cli, ReportPredictsTheProfiledStepsOnADevice) {
         const int64_t batch = c["batch"];
         EXPECT_NEAR(point("f32, 1 threads, predicted", batch), c["step_s"].get<double>() * 1e3, 1e-3 * c["step_s"].get<double>() * 1e3) << batch;
     }
-    // the CPU the records were measured on: the model's error
+    // the CPU the records were measured on: the model's error, each configuration on its threads' share
+    // of the CPU in both commands
     r = run("report --db " + db + " --predict cpu-amd-epyc-turin-2vcpu --out " + page);
     ASSERT_EQ(r.code, 0) << r.out;
     std::ifstream again(page);
-    EXPECT_NE(std::string(std::istreambuf_iterator<char>(again), {}).find("that is the model's error"), std::string::npos);
+    html.assign(std::istreambuf_iterator<char>(again), {});
+    EXPECT_NE(html.find("that is the model's error"), std::string::npos);
+    const nlohmann::json on_cpu = run_json("profile --db " + db + " --report --device cpu-amd-epyc-turin-2vcpu --json");
+    const nlohmann::json whole_cpu = run_json("predict --device cpu-amd-epyc-turin-2vcpu --net lenet5 --batch 8 --optimizer adam --json");
+    for (const nlohmann::json& c : on_cpu["on_device"]) {
+        const int64_t batch = c["batch"];
+        EXPECT_NEAR(point("f32, 1 threads, predicted", batch), c["step_s"].get<double>() * 1e3, 1e-3 * c["step_s"].get<double>() * 1e3) << batch;
+        if (batch == 8) {
+            EXPECT_GT(c["step_s"].get<double>(), 1.5 * whole_cpu["iteration"]["seconds"].get<double>()) << "one thread: half the CPU's cores";
+        }
+    }
     expect_failure("report --db " + db + " --predict no-such-device --out " + page, "no-such-device");
     expect_failure("report --db " + db + " --predict s10 --out " + page, "--predict s10: fpga-intel-stratix10-gx2800-520n is an FPGA");
     expect_failure("report --train run.json --predict v100", "--predict requires --db");

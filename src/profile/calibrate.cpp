@@ -36,7 +36,8 @@ std::vector<NodeRecord> check_rebuilt(const Store& db, const ConfigRecord& c, co
     return rec;
 }
 
-DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& d, int64_t image_size, int64_t seq_len) {
+DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& whole, int64_t image_size, int64_t seq_len) {
+    const predict::DeviceModel d = predict::on_threads(whole, c.key.threads);  // a CPU: the configuration's cores of it
     BackendSet backends;  // the built-in precision plans are the cpu's, as the sweep made them
     const ProfiledModel pm = profiled_model(c.key.net, c.key.batch, c.key.dtype, image_size, seq_len, backends.get("cpu"));
     const Graph& g = pm.lowered.train.graph;

@@ -45,6 +45,7 @@ struct DeviceEstimate {
     double step_s = 0, dynamic_j = 0, idle_j = 0;
     std::map<std::string, double> by_type_s;  // step_s per layer type (the records' categories; profile::kLayerTypes)
 };
+// On a CPU device, the configuration's threads get their share of its cores (predict::on_threads).
 DeviceEstimate estimate_on(const Store& db, const ConfigRecord& c, const predict::DeviceModel& d, int64_t image_size, int64_t seq_len);
 
 // `hw` gives the roofline the samples are relative to; its efficiency must be null.

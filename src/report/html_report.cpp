@@ -64,15 +64,7 @@ std::string percent(double v) {
 // thread count against batch size, the largest configuration's time per layer type, the error in words.
 HtmlSection prediction_section(const profile::Store& db, const std::string& net, const std::vector<const profile::ConfigMetrics*>& configs,
                                const ProfilePrediction& p) {
-    std::map<int, predict::DeviceModel> models;  // per thread count: a CPU's share of its cores
-    auto model = [&](int threads) -> const predict::DeviceModel& {
-        auto it = models.find(threads);
-        if (it == models.end()) {
-            if (models.empty()) models.emplace(0, predict::load_device_model(p.device));  // the whole device, read once
-            it = models.emplace(threads, predict::on_threads(models.at(0), threads)).first;
-        }
-        return it->second;
-    };
+    std::optional<predict::DeviceModel> device;  // read once, when a configuration needs it
     std::map<std::string, std::pair<Series, Series>> lines;  // measured, predicted
     std::set<std::string> seen;  // a configuration stored under both meter kinds: its first record
     std::string name, how, not_predicted, lo_at, hi_at;
@@ -83,7 +75,8 @@ HtmlSection prediction_section(const profile::Store& db, const std::string& net,
     for (const profile::ConfigMetrics* m : configs) {
         const profile::ConfigKey& k = m->config.key;
         if (k.device != "cpu" || !seen.insert(config_name(k)).second) continue;
-        const predict::DeviceModel& d = model(k.threads);
+        if (!device) device.emplace(predict::load_device_model(p.device));
+        const predict::DeviceModel& d = *device;
         name = d.spec().name;
         how = d.efficiency() ? "with the efficiency curves of " + d.efficiency()->path : "on the plain roofline (the spec names no efficiency file)";
         const profile::DeviceEstimate e = profile::estimate_on(db, m->config, d, p.image_size, p.seq_len);
