@@ -544,6 +544,14 @@ TEST(Cli, PredictModelsDataParallelTrainingOnACluster) {
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("data-parallel, MODELLED: batch 16 per device (weak scaling), 8 device(s) per node on link-nvlink2, nodes on 1 x link-ib-hdr"), std::string::npos)
         << r.out;
+    // accumulated micro-batches: four times the samples per iteration, the all-reduce once
+    const auto acc = run_json(flags + " --accumulate 4 --json");
+    EXPECT_EQ(acc["data_parallel"]["accumulate"], 4);
+    EXPECT_NEAR(acc["data_parallel"]["rows"][2]["allreduce_seconds"].get<double>(), dp["rows"][2]["allreduce_seconds"].get<double>(), 1e-12);
+    EXPECT_GT(acc["data_parallel"]["rows"][2]["efficiency"].get<double>(), dp["rows"][2]["efficiency"].get<double>());
+    EXPECT_NE(run(flags + " --accumulate 4").out.find("batch 16 per device (weak scaling) x 4 micro-batches accumulated per iteration"), std::string::npos);
+    expect_failure("predict --device v100 --accumulate 2", "--accumulate requires --nodes");
+    expect_failure(flags + " --accumulate 0", "--accumulate");
     expect_failure("predict --device v100 --per-node 8", "--per-node requires --nodes");
     expect_failure("predict --device v100 --nodes 2", "2 nodes need the network between them");
     expect_failure("predict --device v100 --nodes 1 --per-node 4", "4 devices per node need the link between them");

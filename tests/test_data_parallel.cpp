@@ -76,6 +76,34 @@ TEST(DataParallel, BucketsOverlapBackwardAndTheRestIsExposed) {
     EXPECT_GT(predict_data_parallel(big, 64, d, {.nodes = 1, .per_node = 8, .intra = &slow}).efficiency, exposed.efficiency);
 }
 
+// Accumulated micro-batches: K forward/backward passes, one all-reduce during the last backward, hidden
+// behind it as without accumulation; throughput counts every micro-batch, dynamic energy every pass.
+TEST(DataParallel, AccumulationAllReducesOncePerIteration) {
+    const TrainGraph tg = resnet18(8);
+    const DeviceModel d = load_device_model("v100");
+    const hw::LinkSpec slow = link(1, 10, 10);
+    const Cluster c{.nodes = 1, .per_node = 8, .intra = &slow};
+    Cluster c4 = c;
+    c4.accumulate = 4;
+    const DataParallel one = predict_data_parallel(tg, 8, d, c), four = predict_data_parallel(tg, 8, d, c4);
+    const double pass = one.forward_s + one.backward_s;
+    EXPECT_NEAR(four.single_s, 4 * pass + one.update_s, 1e-12);
+    EXPECT_DOUBLE_EQ(four.allreduce_s, one.allreduce_s) << "one all-reduce per iteration";
+    EXPECT_NEAR(four.exposed_s, one.exposed_s, 1e-12) << "hidden behind the last backward only";
+    EXPECT_NEAR(four.iteration_s, four.single_s + four.exposed_s, 1e-12);
+    EXPECT_NEAR(four.samples_per_s, 8.0 * 4 * 8 / four.iteration_s, 1e-9);
+    EXPECT_GT(four.efficiency, one.efficiency) << "the all-reduce amortised over four passes";
+    // a rank's dynamic energy: one pass's per micro-batch, and the update's once
+    auto dynamic = [&](const DataParallel& p) { return (p.joules - 8 * d.idle_w() * p.iteration_s - p.link_joules) / 8; };
+    Cluster c2 = c;
+    c2.accumulate = 2;
+    const double pass_j = dynamic(predict_data_parallel(tg, 8, d, c2)) - dynamic(one);
+    EXPECT_GT(pass_j, 0);
+    EXPECT_NEAR(dynamic(four) - dynamic(one), 3 * pass_j, 1e-9 * dynamic(four));
+    c4.accumulate = 0;
+    test::expect_error([&] { predict_data_parallel(tg, 8, d, c4); }, "--accumulate must be >= 1, got 0");
+}
+
 TEST(DataParallel, ClusterEnergyCountsEveryRanksIdleWaitAndTheLinks) {
     const TrainGraph tg = resnet18(8);
     const DeviceModel d = load_device_model("v100");

@@ -148,7 +148,7 @@ void expect_same_losses(const nlohmann::json& a, const nlohmann::json& b, size_t
     }
 }
 
-TEST(DataParallel, TwoProcessesTrainLikeOneWithTheGlobalBatch) {
+TEST(MpiTraining, TwoProcessesTrainLikeOneWithTheGlobalBatch) {
     for (const std::string flags : {"train --steps 6 --batch 64 --threads 1 --quiet --eval-samples 500 --json",
                                     "train --steps 4 --batch 32 --accumulate 2 --optimizer sgd --clip-norm 0.5 --bucket-mib 0.05 --threads 1 --quiet --eval-samples 0 --json",
                                     "train --dataset synthetic --steps 4 --batch 16 --optimizer adamw --lr-warmup 2 --threads 1 --quiet --json",
@@ -173,7 +173,7 @@ TEST(DataParallel, TwoProcessesTrainLikeOneWithTheGlobalBatch) {
     EXPECT_GT(two_processes("train --steps 2 --batch 32 --bucket-mib 0.05 --threads 1 --quiet --eval-samples 0 --json")["allreduce_buckets"].get<int>(), 2);
 }
 
-TEST(DataParallel, OnlyRankZeroReportsAndEnergyIsPerProcessAndCluster) {
+TEST(MpiTraining, OnlyRankZeroReportsAndEnergyIsPerProcessAndCluster) {
     const test::CommandResult r = mpirun(2, "train --steps 3 --batch 32 --threads 1 --quiet --eval-samples 0 --energy --meter modelled --device-spec cpu-amd-epyc-turin-2vcpu");
     ASSERT_EQ(r.code, 0) << r.out;
     size_t headers = 0;
@@ -194,7 +194,7 @@ TEST(DataParallel, OnlyRankZeroReportsAndEnergyIsPerProcessAndCluster) {
     EXPECT_NEAR(j["cluster_joules_per_step"].get<double>(), sum, 1e-9) << "modelled meters: each process's own share, summed";
 }
 
-TEST(DataParallel, ResumesOnAnotherNumberOfProcesses) {
+TEST(MpiTraining, ResumesOnAnotherNumberOfProcesses) {
     const std::string dir = "/tmp/joule_dp_" + std::to_string(getpid());
     const std::string base = "train --batch 32 --steps 3 --threads 1 --quiet --eval-samples 0 --json --optimizer sgd";
     const nlohmann::json whole = one_process(base + " --epochs 2");
@@ -210,7 +210,7 @@ TEST(DataParallel, ResumesOnAnotherNumberOfProcesses) {
     std::system(("rm -rf " + dir).c_str());
 }
 
-TEST(DataParallel, AStuckOrFailingRankEndsTheJobWithAClearError) {
+TEST(MpiTraining, AStuckOrFailingRankEndsTheJobWithAClearError) {
     // rank 1 stops after its first step: rank 0 gives up at the deadline and ends the job
     const test::CommandResult stuck = mpirun(2, "train --steps 4 --threads 1 --quiet --eval-samples 0 --comm-timeout 2", "JOULE_FAULT_STALL_RANK=1");
     EXPECT_NE(stuck.code, 0);
@@ -230,7 +230,7 @@ TEST(DataParallel, AStuckOrFailingRankEndsTheJobWithAClearError) {
             << differ.out;
 }
 
-TEST(DataParallel, BadFlagsAndCommandsAreClearErrors) {
+TEST(MpiTraining, BadFlagsAndCommandsAreClearErrors) {
     const test::CommandResult odd = mpirun(2, "train --batch 63 --steps 1 --threads 1 --quiet");
     EXPECT_NE(odd.code, 0);
     EXPECT_NE(odd.out.find("--batch 63 is the global batch of the job's 2 processes and must be divisible by it"), std::string::npos) << odd.out;

@@ -27,6 +27,7 @@ struct PredictFlags {
     std::string nodes, intra, inter;
     int per_node = 1, nics = 1;
     double bucket_mib = 25;
+    int accumulate = 1;
     int threads = 0;  // a CPU: the cores the work gets (0: all)
 };
 
@@ -56,6 +57,10 @@ void add_predict(CLI::App& app) {
     cmd->add_option("--inter-link", f->inter, "the network between nodes (a data/hw link: ib-hdr, ib-ndr, eth-100g, ...)")->needs(nodes);
     cmd->add_option("--nics", f->nics, "network adapters per node (one ring across nodes each)")->capture_default_str()->check(number_in(1, 64))->needs(nodes);
     cmd->add_option("--bucket-mib", f->bucket_mib, "gradient bucket per all-reduce in MiB (PyTorch DDP's default)")->capture_default_str()->check(positive_number())->needs(nodes);
+    cmd->add_option("--accumulate", f->accumulate, "micro-batches of --batch per iteration, all-reduced once (during the last one's backward)")
+        ->capture_default_str()
+        ->check(number_in(1, 1 << 20))
+        ->needs(nodes);
     cmd->add_option("--threads", f->threads, "a CPU device: the work runs on this many of its cores (0: all; a data-parallel process's share)")->check(number_in(0, 4096));
     cmd->callback([f] {
         const predict::DeviceModel d = predict::on_threads(load_whole_net_device(f->device), f->threads);
@@ -107,11 +112,11 @@ void add_predict(CLI::App& app) {
         if (!f->nodes.empty()) {
             const hw::Catalogue cat = hw::load_catalogue();
             predict::Cluster c;
-            c.per_node = f->per_node, c.nics_per_node = f->nics, c.bucket_bytes = f->bucket_mib * 1024 * 1024;
+            c.per_node = f->per_node, c.nics_per_node = f->nics, c.bucket_bytes = f->bucket_mib * 1024 * 1024, c.accumulate = f->accumulate;
             if (!f->intra.empty()) c.intra = &cat.link(f->intra);
             if (!f->inter.empty()) c.inter = &cat.link(f->inter);
             dp = {{"per_node", c.per_node}, {"intra_link", c.intra ? c.intra->name : ""}, {"inter_link", c.inter ? c.inter->name : ""},
-                  {"nics_per_node", c.nics_per_node}, {"bucket_bytes", c.bucket_bytes}, {"kind", "modelled"}};
+                  {"nics_per_node", c.nics_per_node}, {"bucket_bytes", c.bucket_bytes}, {"accumulate", c.accumulate}, {"kind", "modelled"}};
             for (int64_t n : profile::parse_int_list(f->nodes, "--nodes")) {
                 if (n > 100000) throw Error("--nodes " + std::to_string(n) + ": at most 100000 nodes");
                 c.nodes = int(n);
@@ -120,10 +125,10 @@ void add_predict(CLI::App& app) {
                 dp["rows"].push_back({{"nodes", n}, {"ranks", p.ranks}, {"iteration_seconds", p.iteration_s}, {"allreduce_seconds", p.allreduce_s},
                                       {"exposed_seconds", p.exposed_s}, {"buckets", p.buckets}, {"samples_per_second", p.samples_per_s},
                                       {"efficiency", p.efficiency}, {"joules", p.joules}, {"link_joules", p.link_joules},
-                                      {"joules_per_sample", p.joules / (double(p.ranks) * double(f->net.batch))}});
+                                      {"joules_per_sample", p.joules / (double(p.ranks) * double(c.accumulate) * double(f->net.batch))}});
                 dp_table.add({std::to_string(n), std::to_string(p.ranks), fixed(p.iteration_s * 1e3, 2), fixed(p.allreduce_s * 1e3, 2), fixed(p.exposed_s * 1e3, 2),
                               fixed(p.samples_per_s, 0), fixed(100 * p.efficiency, 1) + " %", fixed(p.joules / p.iteration_s / 1e3, 2),
-                              fixed(p.joules / (double(p.ranks) * double(f->net.batch)), 3)});
+                              fixed(p.joules / (double(p.ranks) * double(c.accumulate) * double(f->net.batch)), 3)});
             }
         }
         if (f->json) {
@@ -155,7 +160,9 @@ void add_predict(CLI::App& app) {
         if (total.throttled > 0) std::cout << "; the limit throttled " << total.throttled << " of " << total.nodes << " nodes (lowest clock " << fixed(total.min_clock, 0) << " MHz)";
         std::cout << "\n";
         if (!dp.is_null()) {
-            std::cout << "\ndata-parallel, MODELLED: batch " << f->net.batch << " per device (weak scaling), " << f->per_node << " device(s) per node"
+            std::cout << "\ndata-parallel, MODELLED: batch " << f->net.batch << " per device (weak scaling)"
+                      << (f->accumulate > 1 ? " x " + std::to_string(f->accumulate) + " micro-batches accumulated per iteration" : std::string()) << ", " << f->per_node
+                      << " device(s) per node"
                       << (dp["intra_link"] != "" ? " on " + dp["intra_link"].get<std::string>() : std::string()) << (dp["inter_link"] != "" ? ", nodes on " + std::to_string(f->nics) + " x " + dp["inter_link"].get<std::string>() : std::string())
                       << "; " << bytes_str(dp["gradient_bytes"].get<double>()) << " of gradients all-reduced (ring or tree) in " << fixed(f->bucket_mib, 0)
                       << " MiB buckets as backward produces them; efficiency = one device's step / the iteration\n";

@@ -24,6 +24,7 @@ void check(const Cluster& c) {
     if (c.per_node > 1 && !c.intra) throw Error(std::to_string(c.per_node) + " devices per node need the link between them", "name it with --intra-link (e.g. nvlink2)");
     if (c.nodes > 1 && !c.inter) throw Error(std::to_string(c.nodes) + " nodes need the network between them", "name it with --inter-link (e.g. ib-hdr)");
     if (!(c.bucket_bytes > 0)) throw Error("the all-reduce bucket must be > 0 bytes");
+    if (c.accumulate < 1) throw Error("--accumulate must be >= 1, got " + std::to_string(c.accumulate));
 }
 
 }  // namespace
@@ -43,16 +44,21 @@ DataParallel predict_data_parallel(const TrainGraph& tg, int64_t batch, const De
     const Graph& g = tg.graph;
     DataParallel r;
     r.ranks = c.nodes * c.per_node;
+    const double earlier = double(c.accumulate - 1);  // micro-batches before the one whose backward all-reduces
     std::vector<double> finish(g.num_nodes());
-    double t = 0, dynamic_j = 0;
+    double t = 0, pass_j = 0, update_j = 0;
     for (size_t i = 0; i < g.num_nodes(); ++i) {
         const NodeId n = NodeId(i);
         const Cost k = cost(g, n, d, g.node(n).compute, s);
-        t += k.seconds, dynamic_j += k.joules;
-        finish[i] = t;
+        t += k.seconds;
+        (n < tg.first_update ? pass_j : update_j) += k.joules;
         (n < tg.first_backward ? r.forward_s : n < tg.first_update ? r.backward_s : r.update_s) += k.seconds;
+        finish[i] = t;
     }
-    r.single_s = t;
+    const double pass = r.forward_s + r.backward_s;
+    for (double& f : finish) f += earlier * pass;  // the last micro-batch's nodes
+    r.single_s = earlier * pass + t;
+    const double dynamic_j = (earlier + 1) * pass_j + update_j;
     // each parameter's gradient, ready when the node producing what its update reads ends
     std::vector<std::pair<double, double>> grads;  // ready time, bytes
     for (size_t i = size_t(tg.first_update); i < g.num_nodes(); ++i) {
@@ -63,7 +69,7 @@ DataParallel predict_data_parallel(const TrainGraph& tg, int64_t batch, const De
         r.gradient_bytes += double(grad.desc.bytes());
     }
     std::stable_sort(grads.begin(), grads.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    const double backward_end = r.forward_s + r.backward_s;
+    const double backward_end = (earlier + 1) * pass;
     double comm_end = 0;
     if (r.ranks > 1) {
         double bucket = 0, ready = 0;
@@ -83,7 +89,7 @@ DataParallel predict_data_parallel(const TrainGraph& tg, int64_t batch, const De
     r.exposed_s = std::max(0.0, comm_end - backward_end);
     r.iteration_s = r.single_s + r.exposed_s;
     r.efficiency = r.single_s / r.iteration_s;
-    r.samples_per_s = double(r.ranks) * double(batch) / r.iteration_s;
+    r.samples_per_s = double(r.ranks) * double(c.accumulate) * double(batch) / r.iteration_s;
     // every rank's dynamic energy and its idle power over the whole iteration; the links': as a ring's,
     // whose P hops each carry 2 (P-1)/P of the gradients, `nodes` of them between nodes (one node: none)
     if (r.ranks > 1) {

@@ -13,7 +13,8 @@
 // Sanders, Speck and Traeff 2009), as NCCL picks per size; B is the slowest hop's bandwidth (inside a
 // node the intra link; between nodes each node's NICs, one ring per NIC as NCCL runs them) and a its
 // latency. The iteration is forward + max(backward, the last bucket's end) +
-// the update; the devices idle while they wait, and their idle power counts.
+// the update (with accumulation: the other micro-batches' forward and backward before it); the devices
+// idle while they wait, and their idle power counts.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ struct Cluster {
     const hw::LinkSpec* inter = nullptr;    // between nodes (needed when nodes > 1)
     int nics_per_node = 1;                  // rings across nodes run side by side, one per NIC
     double bucket_bytes = 25.0 * 1024 * 1024;  // DDP's default bucket_cap_mb
+    // Micro-batches per iteration, their gradients accumulated locally and all-reduced once, during the
+    // last one's backward (DDP's no_sync for the others): the global batch is ranks x accumulate x batch.
+    int accumulate = 1;
 };
 
 struct DataParallel {
@@ -40,8 +44,8 @@ struct DataParallel {
     int buckets = 0;
     double allreduce_s = 0;  // the buckets' all-reduces, summed
     double exposed_s = 0;    // communication after backward ended (not hidden behind it)
-    double iteration_s = 0;
-    double single_s = 0;     // the same step on one device, no communication
+    double iteration_s = 0;  // accumulate micro-batches' forward and backward, the exposed all-reduce, the update
+    double single_s = 0;     // the same iteration on one device, no communication
     double efficiency = 1;   // single_s / iteration_s: the share of linear speed-up reached
     double samples_per_s = 0;  // global
     double joules = 0;         // the cluster per iteration: every rank's dynamic and idle energy, and the links'
