@@ -163,6 +163,7 @@ TEST(MpiTraining, TwoProcessesTrainLikeOneWithTheGlobalBatch) {
             EXPECT_GT(rank["step_seconds"].get<double>(), 0) << flags;
             EXPECT_GT(rank["allreduce_seconds"].get<double>(), 0) << flags;
             EXPECT_LE(rank["allreduce_wait_seconds"].get<double>(), rank["allreduce_seconds"].get<double>() + 1e-9) << flags;
+            EXPECT_EQ(rank["allreduces_per_step"].get<double>(), two["allreduce_buckets"].get<double>()) << flags << ": each bucket once per step, also with --accumulate";
         }
         EXPECT_GE(two["allreduce_buckets"].get<int>(), 1) << flags;
         if (one.contains("test_accuracy")) {

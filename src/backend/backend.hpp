@@ -33,6 +33,9 @@ struct RunContext {
     // dropout element i is the global batch's element shard x n + i, so masks do not depend on how many
     // processes share the batch.
     int64_t shard = 0;
+    // False for the micro-batches of an accumulated step before the last: the all-reduce nodes do nothing
+    // (the runtime keeps the gradients' sum and the last micro-batch all-reduces it: DDP's no_sync).
+    bool reduce = true;
 };
 
 struct Support {

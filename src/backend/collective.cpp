@@ -20,7 +20,8 @@ struct Part {
 class AllReduceStartKernel final : public Kernel {
 public:
     AllReduceStartKernel(std::vector<Part> grads, float* bucket, int64_t n) : grads_(std::move(grads)), bucket_(bucket), n_(n) {}
-    void run(const RunContext&) override {
+    void run(const RunContext& ctx) override {
+        if (!ctx.reduce) return;
         float* end = bucket_;  // the gaps between gradients are zeros (other tensors may have used them between steps)
         for (const Part& g : grads_) {
             std::fill(end, g.in_bucket, 0.0f);
@@ -41,7 +42,8 @@ private:
 class AllReduceWaitKernel final : public Kernel {
 public:
     AllReduceWaitKernel(float* bucket, std::vector<Part> grads) : bucket_(bucket), grads_(std::move(grads)) {}
-    void run(const RunContext&) override {
+    void run(const RunContext& ctx) override {
+        if (!ctx.reduce) return;
         dist::Communicator& c = dist::world();
         c.wait(bucket_);
         if (c.size() == 1 && std::all_of(grads_.begin(), grads_.end(), [](const Part& g) { return g.in_place(); })) return;  // the mean of one

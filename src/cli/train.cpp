@@ -373,7 +373,7 @@ void add_train(CLI::App& app) {
                 j["allreduce_buckets"] = r.allreduce_buckets;
                 for (const auto& x : r.ranks) {
                     nlohmann::json row = {{"host", x.host}, {"step_seconds", x.step_seconds}, {"allreduce_seconds", x.allreduce_seconds},
-                                          {"allreduce_wait_seconds", x.wait_seconds}, {"timing", "measured"}};
+                                          {"allreduce_wait_seconds", x.wait_seconds}, {"allreduces_per_step", x.allreduces}, {"timing", "measured"}};
                     if (x.joules >= 0) row["joules"] = x.joules, row["energy"] = x.joules_measured ? "measured" : "modelled";
                     j["ranks"].push_back(row);
                 }

@@ -41,6 +41,7 @@ public:
         if (pending_.count(buf)) throw InternalError("an all-reduce on this buffer is already in flight");
         if (n > int64_t(INT32_MAX)) throw Error("an all-reduce bucket of " + std::to_string(n) + " elements is too large for MPI's int count", "use a smaller --bucket-mib");
         MPI_Request& r = pending_[buf];
+        ++allreduces;
         check(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r), "MPI_Iallreduce");
     }
     void wait(float* buf) override {

@@ -42,6 +42,7 @@ public:
     [[noreturn]] virtual void abort(int code) = 0;
     double timeout_s = 300;  // the longest wait on a collective (--comm-timeout)
     double wait_seconds = 0;  // spent in wait() since the caller last reset it
+    int64_t allreduces = 0;   // started since the caller last reset it
 };
 
 // The one process of a run without a launcher: collectives over one rank are the identity.

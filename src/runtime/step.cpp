@@ -56,8 +56,16 @@ StepRunner::StepRunner(Executor& ex, const TrainGraph& tg, const OptimizerConfig
             throw InternalError("update '" + node.name + "' reads a " + dtype_name(g.tensor(grad).desc.dtype) + " gradient; updates take f32");
         grads_.push_back(ex.f32(grad));
         sizes_.push_back(g.tensor(grad).desc.numel());
-        if (o_.accumulate > 1) sums_.emplace_back(size_t(sizes_.back()));
     }
+    if (o_.accumulate == 1) return;
+    // what accumulates: each all-reduce bucket's gradients, joined just before its start, so a
+    // data-parallel job all-reduces once per step (DDP's no_sync); without buckets, what the updates read,
+    // joined after backward
+    for (NodeId n = tg.first_backward; n < tg.first_update; ++n)
+        if (g.node(n).kind == OpKind::AllReduceStart)
+            for (TensorId t : g.node(n).inputs) acc_.push_back({ex.f32(t), g.tensor(t).desc.numel(), n, std::vector<float>(size_t(g.tensor(t).desc.numel()))});
+    if (acc_.empty())
+        for (size_t p = 0; p < grads_.size(); ++p) acc_.push_back({grads_[p], sizes_[p], tg.first_update, std::vector<float>(size_t(sizes_[p]))});
 }
 
 StepResult StepRunner::step(const std::function<void(int64_t)>& feed, const std::function<void(float)>& check) {
@@ -66,28 +74,39 @@ StepResult StepRunner::step(const std::function<void(int64_t)>& feed, const std:
     const int64_t k = o_.accumulate;
     for (int64_t i = 0; i < k; ++i) {
         if (i > 0) feed(i);
-        const RunContext pass{.training = true, .run = runs_++, .step = t_ + 1, .shard = o_.shard};
+        const bool last = i + 1 == k;
+        const RunContext pass{.training = true, .run = runs_++, .step = t_ + 1, .shard = o_.shard, .reduce = last};
         ex_.run(0, tg_.first_backward, pass);
         const float loss = ex_.f32(tg_.loss)[0];
         if (check) check(loss);
         r.loss += double(loss) / double(k);
-        ex_.run(tg_.first_backward, tg_.first_update, pass);
-        if (k == 1) break;
-        // the sum so far: kept aside while the next micro-batch's backward overwrites the gradients, and
-        // added back into them after the last one (one pass per micro-batch, as PyTorch's .grad += does)
-        for (size_t p = 0; p < grads_.size(); ++p) {
-            float* g = grads_[p];
-            float* s = sums_[p].data();
-            const int64_t n = sizes_[p];
-            if (i == 0) std::copy(g, g + n, s);
-            else if (i + 1 < k) {
+        if (!last) {
+            ex_.run(tg_.first_backward, tg_.first_update, pass);
+            // the sum so far, kept aside while the next micro-batch's backward overwrites the gradients
+            for (Accumulated& a : acc_) {
+                float* s = a.sum.data();
+                const float* g = a.grad;
+                const int64_t n = a.n;
+                if (i == 0) std::copy(g, g + n, s);
+                else {
 #pragma omp parallel for simd schedule(static)
-                for (int64_t j = 0; j < n; ++j) s[j] += g[j];
-            } else {
-#pragma omp parallel for simd schedule(static)
-                for (int64_t j = 0; j < n; ++j) g[j] += s[j];
+                    for (int64_t j = 0; j < n; ++j) s[j] += g[j];
+                }
             }
+            continue;
         }
+        // the last micro-batch: the sums join its gradients just before they are read (one pass per
+        // micro-batch, as PyTorch's .grad += does), bucket by bucket as backward reaches each start
+        NodeId done = tg_.first_backward;
+        for (Accumulated& a : acc_) {
+            if (a.before > done) ex_.run(done, a.before, pass), done = a.before;
+            float* g = a.grad;
+            const float* s = a.sum.data();
+            const int64_t n = a.n;
+#pragma omp parallel for simd schedule(static)
+            for (int64_t j = 0; j < n; ++j) g[j] += s[j];
+        }
+        ex_.run(done, tg_.first_update, pass);
     }
     // the gradient the updates use: the micro-batches' mean, clipped to clip_norm
     double scale = 1.0 / double(k);

@@ -7,8 +7,10 @@
 //
 // The learning rate and the gradient's scale reach the update kernels through RunContext (lr_scale,
 // grad_scale), so the graph is the same with and without them. The sums over micro-batches and the
-// global norm are passes over the f32 gradients the update nodes read, on the host, between the last
-// backward node and the first update (part of the step's wall time; no node of the plan).
+// global norm are passes over the f32 gradients on the host (part of the step's wall time; no node of
+// the plan): the sums join the last micro-batch's gradients just before they are read -- before each
+// all-reduce bucket starts in a data-parallel job, which then all-reduces once per step (RunContext::
+// reduce is false for the other micro-batches), else before the first update.
 #pragma once
 
 #include <cstdint>
@@ -72,9 +74,15 @@ private:
     const TrainGraph& tg_;
     double base_lr_;
     StepOptions o_;
-    std::vector<float*> grads_;              // what each update node reads as its gradient
+    std::vector<float*> grads_;  // what each update node reads as its gradient
     std::vector<int64_t> sizes_;
-    std::vector<std::vector<float>> sums_;   // accumulate > 1: micro-batches' gradients so far
+    struct Accumulated {          // accumulate > 1: a gradient summed over the micro-batches
+        float* grad;
+        int64_t n;
+        NodeId before;            // the node that reads it first (a bucket's all-reduce start, or the first update)
+        std::vector<float> sum;   // the micro-batches' so far
+    };
+    std::vector<Accumulated> acc_;  // in `before` order
     int64_t t_ = 0;
     uint64_t runs_ = 0;
 };

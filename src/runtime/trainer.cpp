@@ -152,7 +152,7 @@ void gather_ranks(dist::Communicator& world, const Executor& ex, TrainResult& r,
     for (size_t n = 0; n < ex.graph().num_nodes(); ++n)
         if (op_info(ex.graph().node(NodeId(n)).kind).category == OpCategory::Communication) allreduce += ex.node_seconds()[n] * per_step;
     const bool energy = r.energy && r.energy->steps > 0;
-    const std::vector<double> mine = {r.step_wall_seconds, allreduce, world.wait_seconds * per_step,
+    const std::vector<double> mine = {r.step_wall_seconds, allreduce, world.wait_seconds * per_step, double(world.allreduces) * per_step,
                                       energy ? r.energy->total_joules / double(r.energy->steps) : -1.0,
                                       energy && r.energy->kind != energy::MeterKind::Modelled ? 1.0 : 0.0};
     const std::vector<double> all = world.allgather(mine);
@@ -166,7 +166,7 @@ void gather_ranks(dist::Communicator& world, const Executor& ex, TrainResult& r,
         auto at = std::find(seen.begin(), seen.end(), hosts[size_t(i)]);
         if (at == seen.end()) at = seen.insert(seen.end(), hosts[size_t(i)]);
         row.host = "host " + std::to_string(at - seen.begin());
-        row.step_seconds = v[0], row.allreduce_seconds = v[1], row.wait_seconds = v[2], row.joules = v[3], row.joules_measured = v[4] > 0;
+        row.step_seconds = v[0], row.allreduce_seconds = v[1], row.wait_seconds = v[2], row.allreduces = v[3], row.joules = v[4], row.joules_measured = v[5] > 0;
         if (row.joules < 0) r.cluster_joules = -1;
         else if (r.cluster_joules >= 0) {
             if (row.joules_measured) measured_per_host[hosts[size_t(i)]] = std::max(measured_per_host[hosts[size_t(i)]], row.joules);
@@ -395,7 +395,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
             if (trace) ex.record_spans(nullptr);
             loss_sum += loss;
             ++er.steps, ++here;
-            if (++total_steps == warmup) ex.reset_timing(), world.wait_seconds = 0;
+            if (++total_steps == warmup) ex.reset_timing(), world.wait_seconds = 0, world.allreduces = 0;
             const bool last = e + 1 == o.epochs && s + 1 == steps_per_epoch;
             if (writes_checkpoints && (o.checkpoint_every > 0 ? runner.steps_done() % o.checkpoint_every == 0 || last : s + 1 == steps_per_epoch))
                 checkpoint(e, s + 1, loss_sum);

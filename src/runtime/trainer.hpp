@@ -142,6 +142,7 @@ struct TrainResult {
         double step_seconds = 0;       // wall time per timed step
         double allreduce_seconds = 0;  // per step in the all-reduce nodes (packing, waiting, averaging)
         double wait_seconds = 0;       // per step waiting for the sums: communication backward did not hide
+        double allreduces = 0;         // per step: buckets all-reduced (once per step, also with accumulation)
         double joules = -1;            // per step, total (< 0: no energy recorded)
         bool joules_measured = false;
     };
