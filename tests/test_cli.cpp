@@ -126,6 +126,18 @@ std::string temp_path(const std::string& name) {
 // uninterrupted run ends (losses and test accuracy bit for bit), also when it was killed while writing a
 // checkpoint (the previous one survives); Adam's step, dropout's masks, gradient accumulation and the
 // synthetic data's generator resume too. Bad checkpoints are clear errors.
+// Gradient accumulation under a plan that puts layers on another device: micro-batches of 16 give the
+// losses of batch 32 (no BatchNorm in LeNet-5), their gradients' transfers run with each micro-batch.
+TEST(Cli, TrainAccumulatesAcrossDevices) {
+    const std::string flags = "train --steps 3 --threads 1 --quiet --eval-samples 0 --json --system cpu+s10 --strategy energy";
+    const auto whole = run_json(flags + " --batch 32"), micro = run_json(flags + " --batch 16 --accumulate 2");
+    ASSERT_EQ(whole["losses"].size(), 3u);
+    ASSERT_EQ(micro["losses"].size(), 3u);
+    EXPECT_GT(whole["transfers"].get<int>(), 0);
+    for (size_t i = 0; i < 3; ++i)
+        EXPECT_NEAR(micro["losses"][i].get<double>(), whole["losses"][i].get<double>(), 2e-5 * whole["losses"][i].get<double>()) << "step " << i + 1;
+}
+
 TEST(Cli, TrainCheckpointsAndResumesExactly) {
     auto dir = [](const std::string& name) {
         const std::string d = temp_path(name);

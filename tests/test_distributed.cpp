@@ -93,6 +93,40 @@ TEST(AllReducePass, BucketsFollowBackwardAndFeedTheUpdates) {
     test::expect_error([] { lenet_lowered(0, 1); }, "at least one process");
 }
 
+// A device whose backend does not all-reduce (the emulated FPGA) has its gradients all-reduced on the host,
+// with transfers to and fro; every cast or transfer of a gradient an update reads is backward work, ahead
+// of the updates (a step's micro-batches run [first_backward, first_update) each, the updates once).
+TEST(AllReducePass, GradientsOfADeviceWithoutAnAllReduceGoThroughTheHost) {
+    Plan plan;
+    plan.entries.push_back({PlanEntry::Match::Layer, "fc*", std::string("fpga_emu:s10"), std::nullopt, {}, "test:1"});
+    for (const int ranks : {1, 2}) {
+        LowerOptions o;
+        o.allreduce = {ranks, size_t(25) << 20};
+        const LoweredGraph lg = lower(test::zoo_train_graph("lenet5", 8), plan, o);
+        const Graph& g = lg.train.graph;
+        size_t fpga_updates = 0;
+        for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n) {
+            const Node& x = g.node(n);
+            if (n >= lg.train.first_update) {
+                EXPECT_EQ(x.phase, Phase::Update) << x.name;
+                fpga_updates += x.device == "fpga_emu:s10";
+            }
+            if (op_info(x.kind).category == OpCategory::Communication) {
+                EXPECT_EQ(x.device, "cpu") << x.name;
+            }
+            if ((x.kind == OpKind::Transfer || x.kind == OpKind::Cast) && g.tensor(x.inputs[0]).role == TensorRole::Gradient) {
+                EXPECT_LT(n, lg.train.first_update) << x.name << " converts a gradient: backward work";
+            }
+        }
+        EXPECT_EQ(fpga_updates, 6u) << "fc1-3's weights and biases are updated on the FPGA";
+        if (ranks == 2) {
+            EXPECT_EQ(lg.allreduce_buckets, 1u);
+            const Node& wait = g.node(lg.train.first_update - 1);
+            ASSERT_EQ(wait.kind, OpKind::Transfer) << "the means go back to the FPGA after the wait";
+        }
+    }
+}
+
 TEST(AllReducePass, InspectShowsAProcesssGraph) {
     const test::CommandResult r = test::run_command(std::string(JOULE_BINARY) + " inspect lenet5 --batch 8 --processes 2 --bucket-mib 0.1 --json 2>&1");
     ASSERT_EQ(r.code, 0) << r.out;
@@ -152,6 +186,8 @@ TEST(MpiTraining, TwoProcessesTrainLikeOneWithTheGlobalBatch) {
     for (const std::string flags : {"train --steps 6 --batch 64 --threads 1 --quiet --eval-samples 500 --json",
                                     "train --steps 4 --batch 32 --accumulate 2 --optimizer sgd --clip-norm 0.5 --bucket-mib 0.05 --threads 1 --quiet --eval-samples 0 --json",
                                     "train --dataset synthetic --steps 4 --batch 16 --optimizer adamw --lr-warmup 2 --threads 1 --quiet --json",
+                                    // fc layers on the emulated FPGA: their gradients all-reduced on the host
+                                    "train --steps 3 --batch 32 --threads 1 --quiet --eval-samples 0 --json --system cpu+s10 --strategy energy",
                                     // dropout: each process masks its shard as one process masks that part of the global batch
                                     "train --net bert-tiny --dataset synthetic --batch 4 --seq-len 8 --steps 4 --optimizer adamw --threads 1 --quiet --json"}) {
         const nlohmann::json one = one_process(flags), two = two_processes(flags);

@@ -14,24 +14,25 @@ struct Entry {
     const char* backend;
     bool built;
     const char* why_not;  // when not built or not runnable
+    bool allreduce;       // runs the all-reduce nodes of a data-parallel job on its own memory
     std::unique_ptr<Backend> (*make)(const std::string& device, const BackendOptions&);
 };
 
 const Entry kBackends[] = {
-    {"cpu", true, "", [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+    {"cpu", true, "", true, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
          return std::make_unique<cpu::CpuBackend>(o.threads, d);
      }},
-    {"reference", true, "", [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
+    {"reference", true, "", true, [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
          return std::make_unique<ReferenceBackend>(d);
      }},
-    {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", nullptr},
+    {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", false, nullptr},
 #ifdef JOULE_HAVE_FPGA_EMU
-    {"fpga_emu", true, "", [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+    {"fpga_emu", true, "", false, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
          const auto it = o.settings.find(d);
          return std::make_unique<FpgaEmuBackend>(d, it == o.settings.end() ? std::map<std::string, std::string>{} : it->second);
      }},
 #else
-    {"fpga_emu", false, "this build has no emulated FPGA backend (configure with -DJOULE_ENABLE_FPGA_EMU=ON)", nullptr},
+    {"fpga_emu", false, "this build has no emulated FPGA backend (configure with -DJOULE_ENABLE_FPGA_EMU=ON)", false, nullptr},
 #endif
 };
 
@@ -64,6 +65,11 @@ DeviceStatus device_status(const std::string& device) {
     if (!d.spec.empty() && (d.backend == "cpu" || d.backend == "reference"))
         return {true, false, "device '" + device + "': the " + d.backend + " backend is this machine itself and takes no spec"};
     return {true, true, ""};
+}
+
+bool runs_allreduce(const std::string& device) {
+    const Entry* e = find(parse_device(device).backend);
+    return e && e->allreduce;
 }
 
 std::vector<std::string> runnable_backends() {

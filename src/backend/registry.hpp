@@ -35,6 +35,9 @@ struct DeviceStatus {
     std::string reason;     // why not, when !runnable
 };
 DeviceStatus device_status(const std::string& device);
+// Whether the device's backend runs the all-reduce nodes of a data-parallel job on its own memory (the
+// host backends, over MPI); the gradients of a device that does not are all-reduced on the host ("cpu").
+bool runs_allreduce(const std::string& device);
 // Backends this build can run, for messages and `joule nets`-style listings.
 std::vector<std::string> runnable_backends();
 

@@ -8,7 +8,7 @@
 
 namespace joule {
 
-const std::vector<std::string> kPassNames = {"decide", "casts", "transfers", "allreduce", "memory"};
+const std::vector<std::string> kPassNames = {"decide", "casts", "allreduce", "transfers", "memory"};
 
 void check_pass_name(const std::string& name) {
     if (std::find(kPassNames.begin(), kPassNames.end(), name) != kPassNames.end()) return;
@@ -49,6 +49,18 @@ TrainGraph rebuild(TrainGraph tg, Rewrite rewrite) {
         old_source.resize(g2.num_nodes(), src);  // the node and those added for it
     }
     for (size_t j = 0; j < g2.num_nodes(); ++j) g2.node(NodeId(j)).source = new_id.at(size_t(old_source[j]));
+    // Backward work added for an update (the cast or transfer of its gradient) goes ahead of every update:
+    // a step's micro-batches run [first_backward, first_update) each, the updates once.
+    std::vector<NodeId> order, updates;
+    for (size_t j = 0; j < g2.num_nodes(); ++j) (g2.node(NodeId(j)).phase == Phase::Update ? updates : order).push_back(NodeId(j));
+    if (!updates.empty() && order.back() > updates.front()) {
+        order.insert(order.end(), updates.begin(), updates.end());
+        Graph g3 = g2.tensors_only();
+        std::vector<NodeId> moved(g2.num_nodes());
+        for (NodeId j : order) moved[size_t(j)] = g3.append(g2.node(j));
+        for (size_t j = 0; j < g3.num_nodes(); ++j) g3.node(NodeId(j)).source = moved[size_t(g3.node(NodeId(j)).source)];
+        g2 = std::move(g3);
+    }
     tg.graph = std::move(g2);
     tg.first_backward = tg.first_update = NodeId(tg.graph.num_nodes());
     for (size_t k = tg.graph.num_nodes(); k-- > 0;) {
@@ -59,10 +71,12 @@ TrainGraph rebuild(TrainGraph tg, Rewrite rewrite) {
     return tg;
 }
 
-// Adds a plan-implied node (cast or transfer) for `consumer`, taking its phase, source and device.
+// Adds a plan-implied node (cast or transfer) for `consumer`, taking its phase (a gradient's for an
+// update: backward; rebuild() then moves it ahead of the updates), source and device.
 TensorId add_implied(Graph& g2, const Node& consumer, OpKind kind, Attrs attrs, TensorId t, const std::string& name, DType compute) {
     const TensorRole role = g2.tensor(t).role == TensorRole::Gradient ? TensorRole::Gradient : TensorRole::Activation;
-    const TensorId out = g2.add(kind, std::move(attrs), {t}, name, consumer.phase, kNone, std::nullopt, role).front();
+    const Phase phase = consumer.phase == Phase::Update && role == TensorRole::Gradient ? Phase::Backward : consumer.phase;
+    const TensorId out = g2.add(kind, std::move(attrs), {t}, name, phase, kNone, std::nullopt, role).front();
     Node& n = g2.node(g2.tensor(out).producer);  // its source is set by rebuild() once the consumer is in
     n.device = consumer.device;
     n.compute = compute;
@@ -212,7 +226,7 @@ TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
         if (p == kNone) throw InternalError("the gradient '" + g.tensor(t).name + "' of update '" + u.name + "' has no producer");
         if (std::any_of(grads.begin(), grads.end(), [&](const Grad& x) { return x.t == t; }))
             throw InternalError("two updates read the gradient '" + g.tensor(t).name + "'");
-        grads.push_back({t, p, u.device});
+        grads.push_back({t, p, runs_allreduce(u.device) ? u.device : std::string("cpu")});  // else the host's, transfers to and fro
     }
     std::stable_sort(grads.begin(), grads.end(), [](const Grad& a, const Grad& b) { return a.producer < b.producer; });
     // buckets, filled in that order, one device each
@@ -382,13 +396,14 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     tg = insert_casts(std::move(tg), plan);
     lg.casts = tg.graph.num_nodes() - before;
     dump("casts", tg.graph);
-    tg = insert_transfers(std::move(tg));
-    lg.transfers = tg.graph.num_nodes() - before - lg.casts;
-    dump("transfers", tg.graph);
-    const size_t planned = tg.graph.num_nodes();
+    const size_t cast = tg.graph.num_nodes();
     tg = insert_allreduce(std::move(tg), o.allreduce);
-    lg.allreduce_buckets = (tg.graph.num_nodes() - planned) / 2;
+    lg.allreduce_buckets = (tg.graph.num_nodes() - cast) / 2;
     dump("allreduce", tg.graph);
+    const size_t reduced = tg.graph.num_nodes();
+    tg = insert_transfers(std::move(tg));
+    lg.transfers = tg.graph.num_nodes() - reduced;
+    dump("transfers", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {
         *o.dump << "# memory plan after pass 'memory': " << lg.memory.buffers.size() << " buffers, " << lg.memory.bytes_total << " bytes (" << lg.memory.bytes_if_unshared

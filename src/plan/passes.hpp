@@ -1,19 +1,22 @@
 // The pass pipeline that turns a TrainGraph and a Plan into the graph the executor runs. Each pass is a
-// pure function of its inputs, in DESIGN.md's order (layout and fusion come later):
+// pure function of its inputs, in DESIGN.md's order (layout and fusion come later). A cast or transfer a
+// pass adds for an update's gradient is backward work, placed ahead of every update:
 //
 //   decide            the Plan's device and compute dtype onto every node (validating entries)
 //   insert_casts      storage dtypes (a tensor is stored in its producer's compute dtype unless the plan
 //                     says otherwise or the op keeps it f32); one Cast per (tensor, dtype) a consumer needs,
 //                     shared by all such consumers, named "cast:<tensor>:<dtype>"
-//   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
-//                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
-//                     them in place (else their first reader)
 //   insert_allreduce  data-parallel jobs only (ranks > 1): the f32 gradients the updates read, in the
 //                     order backward produces them, packed into buckets of at most bucket_bytes per device
 //                     (PyTorch DDP's 25 MiB); one AllReduceStart per bucket right after its last
 //                     gradient's producer, so the sum travels while backward goes on, and one AllReduceWait
 //                     per bucket before the first update, whose means the updates read. Named
-//                     "allreduce:<k>" and "allreduce:<k>:wait", k = 0 for the bucket backward fills first
+//                     "allreduce:<k>" and "allreduce:<k>:wait", k = 0 for the bucket backward fills first.
+//                     A bucket runs on its updates' device when that backend all-reduces
+//                     (runs_allreduce), else on the host, the transfers to and fro inserted next
+//   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
+//                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
+//                     them in place (else their first reader)
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness
 //
 //   LoweredGraph lg = lower(std::move(tg), plan, {.keep = {logits, loss}});
@@ -66,7 +69,7 @@ struct AllReduceOptions {
 struct LowerOptions {
     std::vector<TensorId> keep;  // tensors the caller reads after a run (own buffers)
     AllReduceOptions allreduce;  // data-parallel training: the job's processes and bucket size
-    std::string dump_after;      // "", or a pass name: decide, casts, transfers, allreduce, memory
+    std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, memory
     std::ostream* dump = nullptr;
 };
 
