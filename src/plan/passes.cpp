@@ -53,7 +53,7 @@ TrainGraph rebuild(TrainGraph tg, Rewrite rewrite) {
     // a step's micro-batches run [first_backward, first_update) each, the updates once.
     std::vector<NodeId> order, updates;
     for (size_t j = 0; j < g2.num_nodes(); ++j) (g2.node(NodeId(j)).phase == Phase::Update ? updates : order).push_back(NodeId(j));
-    if (!updates.empty() && order.back() > updates.front()) {
+    if (!updates.empty() && !order.empty() && order.back() > updates.front()) {
         order.insert(order.end(), updates.begin(), updates.end());
         Graph g3 = g2.tensors_only();
         std::vector<NodeId> moved(g2.num_nodes());
