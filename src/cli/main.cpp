@@ -84,15 +84,15 @@ void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool wit
 namespace {
 // Under mpirun every rank prints its own error, naming itself, and ends the whole job: a rank that stops
 // alone would leave the others waiting on it.
-int fail(int code, const std::string& message, const char* kind = "error") {
+int fail(int code, const std::string& message, const char* kind = "error", bool every_rank = false) {
     joule::dist::Communicator& world = joule::dist::world();
     const bool job = world.size() > 1;
     const std::string who = job && message.rfind("rank ", 0) != 0 ? "rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ": " : "";
     const std::string line = "joule: " + std::string(kind) + ": " + who + message + "\n";
     std::fflush(stdout);
     std::fwrite(line.data(), 1, line.size(), stderr);  // one write: the ranks' lines do not interleave
-    if (job) world.abort(code);
-    return code;
+    if (job && !every_rank) world.abort(code);
+    return code;  // (every rank failed alike: each ends on its own, MPI finalised at exit)
 }
 }  // namespace
 
@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
             else message = "a command is required: " + commands;
         }
         return fail(2, message + " (see joule " + (parsed.empty() ? "" : parsed.back()->get_name() + " ") + "--help)");
+    } catch (const joule::dist::JobError& e) {
+        return fail(1, e.what(), "error", true);
     } catch (const joule::Error& e) {
         return fail(1, e.what());
     } catch (const std::exception& e) {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "graph/error.hpp"
+
 namespace joule::dist {
 
 class Communicator {
@@ -58,6 +60,12 @@ public:
     std::vector<uint64_t> allgather(uint64_t v) override { return {v}; }
     std::vector<double> allgather(const std::vector<double>& v) override { return v; }
     [[noreturn]] void abort(int code) override;
+};
+
+// An error every rank of the job raises at once (after a collective all of them completed, e.g. ranks that
+// disagree): each prints it and ends without aborting the others, so every rank's message gets out.
+struct JobError : Error {
+    using Error::Error;
 };
 
 // Whether a launcher (mpirun, or srun/PMIx) started this process as a rank of a job.

@@ -136,7 +136,7 @@ void check_ranks_agree(dist::Communicator& world, const TrainGraph& tg, const Tr
     for (size_t i = 1; i < all.size(); ++i)
         if (all[i] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(i);
     if (!differ.empty())
-        throw Error("rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ": the job's processes disagree: rank(s) " + differ +
+        throw dist::JobError("rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ": the job's processes disagree: rank(s) " + differ +
                         " run another graph or other training flags than rank 0",
                     "start every rank with the same joule, net, batch, plan and flags");
 }
