@@ -563,6 +563,9 @@ TEST(Cli, PredictModelsDataParallelTrainingOnACluster) {
     EXPECT_GT(acc["data_parallel"]["rows"][2]["efficiency"].get<double>(), dp["rows"][2]["efficiency"].get<double>());
     EXPECT_NE(run(flags + " --accumulate 4").out.find("batch 16 per device (weak scaling) x 4 micro-batches accumulated per iteration"), std::string::npos);
     expect_failure("predict --device v100 --accumulate 2", "--accumulate requires --nodes");
+    expect_failure("predict --device v100 --threads 1", "--threads applies to a CPU device; gpu-nvidia-v100-sxm2 is a gpu");
+    expect_failure("predict --device cpu-amd-epyc-turin-2vcpu --threads 3", "--threads 3: cpu-amd-epyc-turin-2vcpu has 2 cores");
+    expect_failure("predict --device cpu-amd-epyc-turin-2vcpu --threads -1", "--threads");
     expect_failure(flags + " --accumulate 0", "--accumulate");
     expect_failure("predict --device v100 --per-node 8", "--per-node requires --nodes");
     expect_failure("predict --device v100 --nodes 2", "2 nodes need the network between them");

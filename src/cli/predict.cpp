@@ -121,14 +121,15 @@ void add_predict(CLI::App& app) {
                 if (n > 100000) throw Error("--nodes " + std::to_string(n) + ": at most 100000 nodes");
                 c.nodes = int(n);
                 const predict::DataParallel p = predict::predict_data_parallel(lg.train, f->net.batch, d, c, setting);
+                const double joules_per_sample = p.joules / (double(p.ranks) * double(c.accumulate) * double(f->net.batch));
                 dp["gradient_bytes"] = p.gradient_bytes;
                 dp["rows"].push_back({{"nodes", n}, {"ranks", p.ranks}, {"iteration_seconds", p.iteration_s}, {"allreduce_seconds", p.allreduce_s},
                                       {"exposed_seconds", p.exposed_s}, {"buckets", p.buckets}, {"samples_per_second", p.samples_per_s},
                                       {"efficiency", p.efficiency}, {"joules", p.joules}, {"link_joules", p.link_joules},
-                                      {"joules_per_sample", p.joules / (double(p.ranks) * double(c.accumulate) * double(f->net.batch))}});
+                                      {"joules_per_sample", joules_per_sample}});
                 dp_table.add({std::to_string(n), std::to_string(p.ranks), fixed(p.iteration_s * 1e3, 2), fixed(p.allreduce_s * 1e3, 2), fixed(p.exposed_s * 1e3, 2),
                               fixed(p.samples_per_s, 0), fixed(100 * p.efficiency, 1) + " %", fixed(p.joules / p.iteration_s / 1e3, 2),
-                              fixed(p.joules / (double(p.ranks) * double(c.accumulate) * double(f->net.batch)), 3)});
+                              fixed(joules_per_sample, 3)});
             }
         }
         if (f->json) {

@@ -47,7 +47,7 @@ struct TrainFlags {
 // energy; then the cluster's.
 void print_ranks(const TrainResult& r) {
     const int n = int(r.ranks.size());
-    std::cout << "data-parallel over " << n << " processes (mpi), " << r.allreduce_buckets << " gradient bucket(s) all-reduced per step; per step:\n";
+    std::cout << "data-parallel over " << n << " processes (mpi), " << r.allreduce_buckets << " gradient bucket(s) all-reduced per step; per step (measured):\n";
     Table t({"rank", "host", "step ms", "all-reduce ms", "of it waiting ms", "all-reduce share", "joules"});
     for (int i = 0; i < n; ++i) {
         const TrainResult::Rank& x = r.ranks[size_t(i)];

@@ -17,8 +17,13 @@ void check_pass_name(const std::string& name) {
     throw Error("unknown pass '" + name + "'", "passes, in order: " + list);
 }
 
+namespace {
+// The host device: where a tensor nothing reads lives, and where the gradients of a device without an
+// all-reduce are all-reduced.
+const std::string kHost = "cpu";
+}  // namespace
+
 const std::string& tensor_device(const Graph& g, TensorId t) {
-    static const std::string host = "cpu";
     const Tensor& x = g.tensor(t);
     if (x.producer != kNone) return g.node(x.producer).device;
     const auto& readers = g.consumers(t);
@@ -27,7 +32,7 @@ const std::string& tensor_device(const Graph& g, TensorId t) {
         for (size_t i = 0; i < node.inputs.size(); ++i)
             if (node.inputs[i] == t && has_bit(op_info(node.kind).inplace, i)) return node.device;
     }
-    return readers.empty() ? host : g.node(readers.front()).device;
+    return readers.empty() ? kHost : g.node(readers.front()).device;
 }
 
 namespace {
@@ -226,7 +231,7 @@ TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
         if (p == kNone) throw InternalError("the gradient '" + g.tensor(t).name + "' of update '" + u.name + "' has no producer");
         if (std::any_of(grads.begin(), grads.end(), [&](const Grad& x) { return x.t == t; }))
             throw InternalError("two updates read the gradient '" + g.tensor(t).name + "'");
-        grads.push_back({t, p, runs_allreduce(u.device) ? u.device : std::string("cpu")});  // else the host's, transfers to and fro
+        grads.push_back({t, p, runs_allreduce(u.device) ? u.device : kHost});  // else the host's, transfers to and fro
     }
     std::stable_sort(grads.begin(), grads.end(), [](const Grad& a, const Grad& b) { return a.producer < b.producer; });
     // buckets, filled in that order, one device each
