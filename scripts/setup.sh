@@ -11,7 +11,8 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
           dataset-fashion-mnist
           ocl-icd-opencl-dev opencl-headers  # Debian's dnnl-config.cmake finds OpenCL even for a CPU build
           chromium fonts-liberation          # the tests render joule report's pages in headless Chromium
-          python3-torch                      # PyTorch 1.13: the tests check the training loop against it
+          libonnx-dev libprotobuf-dev        # users' own models: ONNX import and export (src/import/)
+          python3-torch python3-torchvision  # PyTorch 1.13: the tests check the training loop and ONNX import against it
           openmpi-bin libopenmpi-dev)        # data-parallel training runs on MPI (mpirun -np N joule train)
 missing=()
 for p in "${packages[@]}"; do

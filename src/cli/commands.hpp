@@ -10,6 +10,7 @@
 #include "predict/device_model.hpp"
 #include "predict/efficiency.hpp"
 #include "predict/memory_model.hpp"
+#include "zoo/zoo.hpp"
 
 namespace joule::cli {
 
@@ -44,10 +45,15 @@ struct NetOptions {
     std::string optimizer = "adam";
     std::string dtype = "f32";
     std::string scope = "gemm";  // --dtype-scope
+    std::string model;           // --model FILE.onnx: the user's model instead of a zoo net (`net` is then the file's stem)
+    std::string labels;          // --labels: the model's input that holds the labels
+    bool batch_given = false;    // --batch was on the command line (else a model file's fixed batch is taken)
 };
 // with_f16: --dtype also takes f16 (commands that model devices with an f16 path; the cpu has none)
 void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool with_f16 = false);
 
+// The net of `o` (a zoo net or the --model file) at `cfg`'s sizes.
+zoo::Model model_of(const NetOptions& o, const zoo::NetConfig& cfg);
 // The net of `o` as a lowered train graph under its built-in precision plan (--dtype, --dtype-scope).
 // Scope `all` asks the cpu backend which ops it runs in the dtype, or, for a modelled device, takes
 // every op that is not f32-only (loss, updates) nor an embedding (the table stays f32), as the cpu does.

@@ -50,7 +50,7 @@ void add_inspect(CLI::App& app) {
         cfg.batch = o->batch / processes;
         cfg.image_size = o->image_size;
         cfg.seq_len = o->seq_len;
-        zoo::Model m = zoo::build(o->net, cfg);
+        zoo::Model m = model_of(*o, cfg);
         const OptimizerConfig opt = optimizer_of(*o);
         TrainGraph unplanned = build_train_graph(std::move(m.graph), m.loss, opt);
         const std::string print = fingerprint(unplanned);

@@ -3,12 +3,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
 #include "cli/commands.hpp"
 #include "dist/communicator.hpp"
 #include "graph/error.hpp"
+#include "import/onnx.hpp"
 
 namespace joule::cli {
 
@@ -60,9 +62,23 @@ CLI::Validator number_in(double lo, double hi, bool open_low) {
 }
 
 void add_net_options(CLI::App& cmd, NetOptions& o, bool net_positional, bool with_f16) {
-    if (net_positional) cmd.add_option("net", o.net, "network from the zoo (see `joule nets`)")->required();
-    else cmd.add_option("--net", o.net, "network from the zoo (see `joule nets`)")->capture_default_str();
-    cmd.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(number_in(1, 1 << 20));
+    CLI::Option* net = net_positional ? cmd.add_option("net", o.net, "network from the zoo (see `joule nets`)")
+                                      : cmd.add_option("--net", o.net, "network from the zoo (see `joule nets`)")->capture_default_str();
+    CLI::Option* model = cmd.add_option("--model", o.model, "an ONNX model file (e.g. from torch.onnx.export) instead of a zoo net")->excludes(net);
+    cmd.add_option("--labels", o.labels, "with --model: the model's input that holds the labels (default: its loss's, or joule adds one)")->needs(model);
+    cmd.add_option("--batch", o.batch, "batch size (with --model: default the file's fixed batch)")
+        ->capture_default_str()
+        ->check(number_in(1, 1 << 20))
+        ->each([&o](const std::string&) { o.batch_given = true; });
+    cmd.parse_complete_callback([&o, net, net_positional] {
+        if (o.model.empty()) {
+            if (net_positional && net->count() == 0) throw Error("a net is required: a zoo net (see joule nets) or --model FILE.onnx");
+            return;
+        }
+        if (!o.batch_given)
+            if (const int64_t b = onnx_fixed_batch(o.model); b > 0) o.batch = b;
+        o.net = std::filesystem::path(o.model).stem().string();  // what headers and reports call it
+    });
     cmd.add_option("--image-size", o.image_size, "input height = width (0: the net's default)")->check(number_in(0));
     cmd.add_option("--seq-len", o.seq_len, "sequence length for BERT nets")->capture_default_str()->check(number_in(1, 4096));
     cmd.add_option("--optimizer", o.optimizer, "sgd, adam or adamw (decoupled weight decay)")->capture_default_str()->check(CLI::IsMember({"sgd", "adam", "adamw"}));

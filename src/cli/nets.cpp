@@ -9,15 +9,18 @@
 #include "graph/autodiff.hpp"
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
+#include "import/onnx.hpp"
 #include "report/table.hpp"
 #include "zoo/zoo.hpp"
 
 namespace joule::cli {
 
+zoo::Model model_of(const NetOptions& o, const zoo::NetConfig& cfg) { return load_model(o.net, o.model, cfg, o.labels); }
+
 TrainGraph train_graph_of(const NetOptions& o) {
     zoo::NetConfig nc;
     nc.batch = o.batch, nc.image_size = o.image_size, nc.seq_len = o.seq_len;
-    zoo::Model m = zoo::build(o.net, nc);
+    zoo::Model m = model_of(o, nc);
     return build_train_graph(std::move(m.graph), m.loss, optimizer_of(o));
 }
 

@@ -278,6 +278,8 @@ void add_train(CLI::App& app) {
         }
         TrainOptions o;
         o.net = f->net.net;
+        o.model_file = f->net.model;
+        o.labels = f->net.labels;
         o.dataset = f->dataset;
         o.data_dir = f->data_dir;
         o.epochs = f->epochs;

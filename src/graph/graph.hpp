@@ -9,6 +9,7 @@
 // appended after their inputs exist, so node order is a valid execution order.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,13 +36,18 @@ const char* phase_name(Phase p);
 // How a parameter, state or constant tensor is initialised.
 struct Init {
     // Position: i32 tensor whose element i holds i modulo its last dimension (BERT position ids).
-    enum class Kind : uint8_t { Zeros, Ones, Uniform, Normal, Position } kind = Kind::Zeros;
+    // Data: the given values, row-major in the logical shape (an imported model's initializers).
+    enum class Kind : uint8_t { Zeros, Ones, Uniform, Normal, Position, Data } kind = Kind::Zeros;
     float scale = 0.0f;  // Uniform: bound (U(-scale, scale)); Normal: standard deviation
+    std::shared_ptr<const std::vector<float>> values;     // Data of a float tensor (shared: passes copy tensors)
+    std::shared_ptr<const std::vector<int32_t>> indices;  // Data of an i32 tensor
     static Init zeros() { return {Kind::Zeros, 0}; }
     static Init ones() { return {Kind::Ones, 0}; }
     static Init uniform(float bound) { return {Kind::Uniform, bound}; }
     static Init normal(float stddev) { return {Kind::Normal, stddev}; }
     static Init position() { return {Kind::Position, 0}; }
+    static Init data(std::vector<float> v) { return {Kind::Data, 0, std::make_shared<const std::vector<float>>(std::move(v)), nullptr}; }
+    static Init data(std::vector<int32_t> v) { return {Kind::Data, 0, nullptr, std::make_shared<const std::vector<int32_t>>(std::move(v))}; }
 };
 
 struct Tensor {

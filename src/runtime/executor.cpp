@@ -104,6 +104,11 @@ void Executor::initialise(uint64_t seed) {
         const int64_t n = tt.desc.numel();
         if (tt.desc.dtype == DType::I32) {
             int32_t* q = static_cast<int32_t*>(ptr_[t]);
+            if (tt.init.kind == Init::Kind::Data) {
+                JOULE_ASSERT(tt.init.indices && int64_t(tt.init.indices->size()) == n, "i32 data of " + tt.name);
+                std::copy(tt.init.indices->begin(), tt.init.indices->end(), q);
+                continue;
+            }
             JOULE_ASSERT(tt.init.kind == Init::Kind::Zeros || tt.init.kind == Init::Kind::Position, "i32 init of " + tt.name);
             const int64_t last = tt.desc.shape.back();
             for (int64_t i = 0; i < n; ++i) q[i] = tt.init.kind == Init::Kind::Position ? int32_t(i % last) : 0;
@@ -123,6 +128,10 @@ void Executor::initialise(uint64_t seed) {
                 for (int64_t i = 0; i < n; ++i) p[i] = d(rng);
                 break;
             }
+            case Init::Kind::Data:
+                JOULE_ASSERT(tt.init.values && int64_t(tt.init.values->size()) == n, "float data of " + tt.name);
+                std::copy(tt.init.values->begin(), tt.init.values->end(), p);
+                break;
             case Init::Kind::Position: throw InternalError("position init on a float tensor " + tt.name);
         }
     }

@@ -16,6 +16,7 @@
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
+#include "import/onnx.hpp"
 #include "plan/amp.hpp"
 #include "plan/passes.hpp"
 #include "runtime/checkpoint.hpp"
@@ -204,10 +205,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         throw Error("--weight-decay must be a non-negative finite number, got " + std::to_string(oc.weight_decay));
     if (!std::isfinite(o.energy_options.idle_seconds) || o.energy_options.idle_seconds < 0)
         throw Error("--idle-seconds must be a non-negative finite number, got " + std::to_string(o.energy_options.idle_seconds));
-    const zoo::NetInfo& info = zoo::net_info(o.net);
     const bool real_data = o.dataset == "fashion-mnist";
     if (!real_data && o.dataset != "synthetic") throw Error("unknown dataset '" + o.dataset + "'", "use fashion-mnist or synthetic");
-    if (real_data && info.sequence) throw Error(o.net + " takes token sequences, not images", "use --dataset synthetic");
+    if (o.model_file.empty() && real_data && zoo::net_info(o.net).sequence) throw Error(o.net + " takes token sequences, not images", "use --dataset synthetic");
 
     // a data-parallel job: --batch is the global batch, each process takes its shard
     dist::Communicator& world = dist::world();
@@ -232,7 +232,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     } else {
         cfg.image_size = o.image_size;
     }
-    zoo::Model m = zoo::build(o.net, cfg);
+    zoo::Model m = load_model(o.net, o.model_file, cfg, o.labels);
+    if (real_data && m.graph.tensor(m.input).desc.dtype == DType::I32) throw Error(o.net + " takes token sequences, not images", "use --dataset synthetic");
     const int64_t params = m.graph.parameter_count();
     TrainGraph train_graph = build_train_graph(std::move(m.graph), m.loss, o.optimizer);
     BackendSet backends({.threads = o.threads});

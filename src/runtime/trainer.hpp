@@ -28,6 +28,8 @@ struct EvalProgress {
 
 struct TrainOptions {
     std::string net = "lenet5";
+    std::string model_file;  // an ONNX model to train instead of the zoo net (import/onnx.hpp); `net` names it
+    std::string labels;      // the model's labels input (OnnxImportOptions::labels)
     std::string dataset = "fashion-mnist";  // or "synthetic"
     std::string data_dir;                   // empty: data::kDefaultFashionMnistDir
     int64_t epochs = 1;
