@@ -214,6 +214,43 @@ torch.onnx.export(M(), (torch.randn(4, 8), torch.tensor([0, 1, 2, 0])), sys.argv
     EXPECT_EQ(m.graph.tensor(m.logits).desc.shape, (Shape{4, 3}));
 }
 
+// Trains a model a few steps, exports it, imports the export: both give the same logits, in training
+// mode (BatchNorm's batch statistics) and in evaluation mode (its running statistics, which PyTorch-side
+// tools use).
+class OnnxExport : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OnnxExport, ImportOfTheExportGivesTheSameOutputs) {
+    const std::string name = GetParam();
+    const nlohmann::json r = result_of(name);
+    const int64_t batch = r["input_shape"][0];
+    zoo::Model m = import_onnx(exported(name), {.batch = batch});
+    const OptimizerConfig opt = OptimizerConfig::sgd(0.05f, 0.9f);
+    TrainGraph tg = build_train_graph(std::move(m.graph), m.loss, opt);
+    cpu::CpuBackend cpu(1);
+    Executor ex(tg.graph, cpu, {{m.logits, tg.loss}, 7});
+    feed(ex, m, r);
+    StepRunner runner(ex, tg, opt, {});
+    for (int k = 0; k < 3; ++k) runner.step([](int64_t) {});
+    const std::string path = ::testing::TempDir() + "joule_export_" + std::to_string(getpid()) + "_" + name + ".onnx";
+    export_onnx(tg.graph, m.input, m.logits, [&](TensorId t) { return ex.read_f32(t); }, path);
+
+    zoo::Model back = import_onnx(path);
+    EXPECT_EQ(back.graph.parameter_count(), tg.graph.parameter_count());
+    EXPECT_EQ(back.graph.tensor(back.input).desc, tg.graph.tensor(m.input).desc);
+    TrainGraph tg2 = build_train_graph(std::move(back.graph), back.loss, opt);
+    Executor ex2(tg2.graph, cpu, {{back.logits, tg2.loss}, 7});
+    for (bool training : {true, false}) {
+        feed(ex, m, r);
+        feed(ex2, back, r);
+        ex.run_forward({.training = training});
+        ex2.run_forward({.training = training});
+        EXPECT_EQ(ex.read_f32(m.logits), ex2.read_f32(back.logits)) << name << (training ? " training" : " evaluation");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OnnxExport, ::testing::Values("residual_cnn", "depthwise", "encoder_opset14"),
+                         [](const auto& info) { return std::string(info.param); });
+
 TEST(OnnxImport, TrainAndInspectTakeAModelFile) {
     const std::string cnn = exported("residual_cnn"), enc = exported("encoder_opset17");
     const test::CommandResult t = test::run_command(std::string(JOULE_BINARY) + " train --model " + cnn + " --dataset synthetic --steps 3 --batch 8 --quiet --json 2>&1");
@@ -221,8 +258,17 @@ TEST(OnnxImport, TrainAndInspectTakeAModelFile) {
     const nlohmann::json j = nlohmann::json::parse(t.out);
     EXPECT_EQ(j["net"], "residual_cnn");
     EXPECT_EQ(j["batch"], 8);
-    const test::CommandResult e = test::run_command(std::string(JOULE_BINARY) + " train --model " + enc + " --dataset synthetic --steps 2 --quiet 2>&1");
+    const std::string saved = ::testing::TempDir() + "joule_saved_" + std::to_string(getpid()) + ".onnx";
+    const test::CommandResult e =
+        test::run_command(std::string(JOULE_BINARY) + " train --model " + enc + " --dataset synthetic --steps 2 --quiet --save " + saved + " 2>&1");
     EXPECT_EQ(e.code, 0) << e.out;  // the file's fixed batch (4)
+    EXPECT_EQ(import_onnx(saved).graph.parameter_count(), import_onnx(enc).graph.parameter_count());
+    const test::CommandResult z = test::run_command(std::string(JOULE_BINARY) + " train --net lenet5 --dataset synthetic --steps 1 --batch 4 --quiet --save " + saved + " 2>&1");
+    EXPECT_EQ(z.code, 0) << z.out;  // a zoo net exports too
+    EXPECT_EQ(import_onnx(saved).graph.parameter_count(), test::zoo_train_graph("lenet5", 4).graph.parameter_count());
+    const test::CommandResult nodir = test::run_command(std::string(JOULE_BINARY) + " train --model " + cnn + " --dataset synthetic --batch 4 --save /nonexistent/m.onnx 2>&1");
+    EXPECT_NE(nodir.code, 0);
+    EXPECT_NE(nodir.out.find("joule: error: --save /nonexistent/m.onnx: directory /nonexistent does not exist"), std::string::npos) << nodir.out;
     const test::CommandResult i = test::run_command(std::string(JOULE_BINARY) + " inspect --model " + enc + " 2>&1");
     EXPECT_EQ(i.code, 0) << i.out;
     EXPECT_NE(i.out.find("layers.1.ff1"), std::string::npos);

@@ -30,7 +30,7 @@ struct TrainFlags {
     float lr = 0, momentum = -1, weight_decay = -1;
     int64_t accumulate = 1;
     double clip_norm = 0;
-    std::string lr_schedule = "constant", checkpoint, resume;
+    std::string lr_schedule = "constant", checkpoint, resume, save;
     int64_t checkpoint_every = 0;
     LrSchedule schedule;
     int threads = 0;
@@ -256,6 +256,7 @@ void add_train(CLI::App& app) {
     cmd->add_option("--checkpoint-every", f->checkpoint_every, "a checkpoint every N optimizer steps and after the last (default: at the end of each epoch)")
         ->check(number_in(1))
         ->needs(checkpoint);
+    cmd->add_option("--save", f->save, "after training, write the trained model (forward graph and weights) as ONNX to this file (opset 17)");
     cmd->add_option("--resume", f->resume, "continue the run whose checkpoint is in this directory (same flags; it continues exactly)");
     cmd->add_option("--trace", f->trace, "write every timed step's node spans (and, with --energy, power) as a Chrome trace (Perfetto, chrome://tracing)");
     cmd->add_option("--bucket-mib", f->bucket_mib, "data-parallel (mpirun): gradients all-reduced in buckets of at most this many MiB")
@@ -280,6 +281,7 @@ void add_train(CLI::App& app) {
         o.net = f->net.net;
         o.model_file = f->net.model;
         o.labels = f->net.labels;
+        o.save_onnx = f->save;
         o.dataset = f->dataset;
         o.data_dir = f->data_dir;
         o.epochs = f->epochs;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -307,6 +308,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     r.accumulate = k;
 
     // checkpoints: what the run is, and, resuming, where it stood
+    if (!o.save_onnx.empty()) {  // a path that cannot be written fails before training, not after it
+        const std::filesystem::path dir = std::filesystem::path(o.save_onnx).parent_path();
+        if (!dir.empty() && !std::filesystem::is_directory(dir)) throw Error("--save " + o.save_onnx + ": directory " + dir.string() + " does not exist");
+    }
     if (o.checkpoint_every < 0) throw Error("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
     const bool writes_checkpoints = !o.checkpoint_dir.empty() && rank == 0;  // the job's files are rank 0's
     if (writes_checkpoints) prepare_checkpoint_dir(o.checkpoint_dir);
@@ -434,6 +439,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
     }
     r.step_wall_seconds = timed_wall * per_step;
     if (ranks > 1) gather_ranks(world, ex, r, per_step);
+    if (!o.save_onnx.empty() && rank == 0) export_onnx(tg.graph, m.input, m.logits, [&ex](TensorId t) { return ex.read_f32(t); }, o.save_onnx);
 
     const int64_t eval_total = real_data && rank == 0 ? (o.eval_samples < 0 ? split.test.size() : std::min<int64_t>(o.eval_samples, split.test.size())) : 0;
     if (eval_total > 0) {

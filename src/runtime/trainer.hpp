@@ -47,6 +47,7 @@ struct TrainOptions {
     // Checkpoints (runtime/checkpoint.hpp): into checkpoint_dir every checkpoint_every optimizer steps and
     // after the last (0: at the end of each epoch); resume_dir: continue the run a checkpoint holds.
     std::string checkpoint_dir, resume_dir;
+    std::string save_onnx;  // after training, the trained model (forward graph, weights) as ONNX (import/onnx.hpp)
     int64_t checkpoint_every = 0;
     int threads = 0;  // 0: all cores
     // What runs where and in which precision: a plan file, or the built-in precision plan for the cpu
