@@ -118,12 +118,25 @@ def export_torchvision_resnet18(out, batch=2, size=64):
         json.dump({"parameters": sum(p.numel() for p in model.parameters())}, f)
 
 
+def export_mlp(out):
+    """A multilayer perceptron of flattened 28x28 images, exported at a symbolic batch (joule trains it on
+    Fashion-MNIST)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+    torch.onnx.export(model, (torch.randn(2, 784),), os.path.join(out, "mlp.onnx"), opset_version=13, input_names=["x"],
+                      output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+    with open(os.path.join(out, "mlp.json"), "w") as f:
+        json.dump({}, f)
+
+
 def main():
     out = sys.argv[1]
     only = set(sys.argv[2:])
     os.makedirs(out, exist_ok=True)
     if not only or "resnet18" in only:
         export_torchvision_resnet18(out)
+    if not only or "mlp" in only:
+        export_mlp(out)
     for name, model, x, classes, opset, dynamic_batch in models():
         if only and name not in only:
             continue

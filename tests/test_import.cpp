@@ -280,6 +280,17 @@ TEST(OnnxImport, TrainAndInspectTakeAModelFile) {
     EXPECT_NE(both.out.find("excludes"), std::string::npos) << both.out;
     const test::CommandResult none = test::run_command(std::string(JOULE_BINARY) + " inspect 2>&1");
     EXPECT_NE(none.out.find("a net is required"), std::string::npos) << none.out;
+    const std::string db = ::testing::TempDir() + "joule_onnx_profile_" + std::to_string(getpid()) + ".db";
+    const test::CommandResult p = test::run_command(std::string(JOULE_BINARY) + " profile --model " + cnn + " --batch 4 --iters 1 --warmup 1 --meter modelled --device-spec cpu-amd-epyc-turin-2vcpu --db " + db + " 2>&1");
+    EXPECT_EQ(p.code, 0) << p.out;
+    const test::CommandResult pr = test::run_command(std::string(JOULE_BINARY) + " profile --report --db " + db + " --device v100 2>&1");
+    EXPECT_EQ(pr.code, 0) << pr.out;
+    EXPECT_NE(pr.out.find("residual_cnn.onnx"), std::string::npos) << pr.out;  // records keyed by the file, rebuilt from it for the model
+    const test::CommandResult an = test::run_command(std::string(JOULE_BINARY) + " analyze --model " + enc + " --device v100 --json 2>&1");
+    EXPECT_EQ(an.code, 0) << an.out;
+    const test::CommandResult mlp = test::run_command(std::string(JOULE_BINARY) + " train --model " + exported("mlp") + " --steps 30 --eval-samples 500 --quiet --json 2>&1");
+    ASSERT_EQ(mlp.code, 0) << mlp.out;  // flattened images: Fashion-MNIST's 784 values per sample
+    EXPECT_GT(nlohmann::json::parse(mlp.out)["test_accuracy"].get<double>(), 0.5);
     const test::CommandResult data = test::run_command(std::string(JOULE_BINARY) + " train --model " + cnn + " --steps 1 2>&1");
     EXPECT_NE(data.out.find("the model takes"), std::string::npos) << data.out;  // Fashion-MNIST is 1x28x28, the model 3x16x16
 }

@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
+#include "import/onnx.hpp"
 #include "profile/calibrate.hpp"
 #include "profile/sweep.hpp"
 #include "report/table.hpp"
@@ -54,8 +55,10 @@ void add_calibrate(CLI::App& app) {
         profile::CalibrationOptions o;
         if (!f->nets.empty()) o.nets = profile::parse_list(f->nets, "--net");
         if (!f->exclude.empty()) o.exclude = profile::parse_list(f->exclude, "--exclude");
-        for (const std::string& n : o.nets) zoo::net_info(n);  // Error: unknown network, with the list
-        for (const std::string& x : o.exclude) zoo::net_info(x.substr(0, x.find(':')));
+        for (const std::string& n : o.nets)  // Error: unknown network, with the list
+            if (!is_onnx_file(n)) zoo::net_info(n);
+        for (const std::string& x : o.exclude)
+            if (!is_onnx_file(x.substr(0, x.find(':')))) zoo::net_info(x.substr(0, x.find(':')));
         const Hardware hw = resolve_hardware(f->hw);
         hw.require("joule calibrate");
         // --image-size and --seq-len: one value for every database, or one per --db in order
@@ -112,7 +115,7 @@ void add_calibrate(CLI::App& app) {
             const profile::ConfigRecord& r = set.configs[i];
             const double er = (roof - r.step_s) / r.step_s, ec = (cal - r.step_s) / r.step_s;
             roof_err += std::fabs(er), cal_err += std::fabs(ec);
-            const bool tokens = zoo::net_info(r.key.net).sequence;
+            const bool tokens = !is_onnx_file(r.key.net) && zoo::net_info(r.key.net).sequence;
             t.add({r.key.net, tokens ? "seq " + std::to_string(seq_of[i]) : size_of[i] ? std::to_string(size_of[i]) : "default", std::to_string(r.key.batch), r.key.dtype, fixed(r.step_s * 1e3, 2), fixed(roof * 1e3, 2), fixed(100 * er, 1) + " %",
                    fixed(cal * 1e3, 2), fixed(100 * ec, 1) + " %"});
             configs.push_back({{"net", r.key.net}, {"image_size", size_of[i]}, {"seq_len", seq_of[i]}, {"batch", r.key.batch}, {"dtype", r.key.dtype}, {"measured_seconds", r.step_s},

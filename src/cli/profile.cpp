@@ -3,6 +3,7 @@
 // configurations it runs as a Chrome trace.
 #include <cmath>
 #include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "backend/cpu/cores.hpp"
 #include "cli/commands.hpp"
 #include "graph/error.hpp"
+#include "import/onnx.hpp"
 #include "predict/device_model.hpp"
 #include "profile/calibrate.hpp"
 #include "profile/report.hpp"
@@ -22,6 +24,7 @@ namespace joule::cli {
 namespace {
 
 struct ProfileFlags {
+    std::string model;
     std::string nets = "lenet5", batches = "8,16,32", dtypes = "f32", scope = "gemm", threads = "0", db = "joule-profile.db", meter = "auto", device_spec, csv, device,
                 trace;
     int64_t iters = 5, warmup = 2, image_size = 0, seq_len = 128;
@@ -133,7 +136,8 @@ nlohmann::json to_json(const std::vector<profile::ConfigMetrics>& ms, const prof
 void add_profile(CLI::App& app) {
     auto f = std::make_shared<ProfileFlags>();
     auto* cmd = app.add_subcommand("profile", "sweep nets x batch x dtype x threads, storing time and energy per op in SQLite; report them");
-    cmd->add_option("--net", f->nets, "comma-separated zoo nets")->capture_default_str();
+    auto* nets = cmd->add_option("--net", f->nets, "comma-separated zoo nets")->capture_default_str();
+    cmd->add_option("--model", f->model, "an ONNX model file (e.g. from torch.onnx.export) instead of zoo nets; its records are keyed by the path")->excludes(nets);
     cmd->add_option("--batch", f->batches, "comma-separated batch sizes")->capture_default_str();
     cmd->add_option("--dtype", f->dtypes, "comma-separated precisions: f32, bf16 (on conv/linear/matmul)")->capture_default_str();
     cmd->add_option("--dtype-scope", f->scope, "gemm: bf16 on conv/linear/matmul (the built-in plan); all: on every op the cpu runs in bf16 (records keyed bf16-all)")
@@ -164,7 +168,8 @@ void add_profile(CLI::App& app) {
         std::string filter;
         if (!f->report) {
             profile::SweepOptions o;
-            o.nets = profile::parse_list(f->nets, "--net");
+            // a model file's records are keyed by its absolute path: calibrate and report rebuild its graph from there
+            o.nets = f->model.empty() ? profile::parse_list(f->nets, "--net") : std::vector<std::string>{std::filesystem::absolute(f->model).lexically_normal().string()};
             o.batches = profile::parse_int_list(f->batches, "--batch");
             o.dtypes.clear();
             for (const std::string& d : profile::parse_list(f->dtypes, "--dtype")) {

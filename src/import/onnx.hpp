@@ -45,5 +45,10 @@ void export_onnx(const Graph& g, TensorId input, TensorId logits, const std::fun
 // A net of the zoo by name, or, when `onnx_file` is set, the model in that file at cfg.batch (cfg's
 // other sizes must be 0 or agree with the file): what --net / --model name.
 zoo::Model load_model(const std::string& net, const std::string& onnx_file, const zoo::NetConfig& cfg, const std::string& labels = "");
+// Where one name stands for either (profile records, calibration): a path ending in .onnx is a model file.
+inline bool is_onnx_file(const std::string& net) { return net.ends_with(".onnx"); }
+inline zoo::Model load_model(const std::string& net_or_file, const zoo::NetConfig& cfg) {
+    return is_onnx_file(net_or_file) ? load_model("", net_or_file, cfg) : zoo::build(net_or_file, cfg);
+}
 
 }  // namespace joule

@@ -1113,7 +1113,11 @@ zoo::Model load_model(const std::string& net, const std::string& onnx_file, cons
                         "export the model for the data, or use --dataset synthetic");
     };
     if (g.tensor(m.input).desc.dtype == DType::F32) {
-        if (in.size() != 4 && (cfg.image_size || cfg.in_channels)) throw Error(onnx_file + ": the model's input " + shape_str(in) + " is not an image batch");
+        if (in.size() != 4 && cfg.image_size && cfg.in_channels) {  // a model of flattened images (an MLP) takes the same values
+            int64_t per_sample = 1;
+            for (size_t d = 1; d < in.size(); ++d) per_sample *= in[d];
+            disagree("values per sample", cfg.in_channels * cfg.image_size * cfg.image_size, per_sample);
+        }
         if (in.size() == 4) disagree("images of height", cfg.image_size, in[2]), disagree("images of width", cfg.image_size, in[3]), disagree("channels", cfg.in_channels, in[1]);
     }
     disagree("classes", cfg.classes, g.tensor(m.logits).desc.shape[1]);

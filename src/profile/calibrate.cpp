@@ -6,6 +6,7 @@
 #include <set>
 
 #include "graph/error.hpp"
+#include "import/onnx.hpp"
 #include "profile/sweep.hpp"
 
 namespace joule::profile {
@@ -62,7 +63,7 @@ CalibrationSet calibration_samples(const Store& db, const predict::MemoryConfig&
     if (hw.efficiency) throw InternalError("calibration_samples needs the plain roofline (efficiency must be null)");
     for (const std::string& e : o.exclude) {
         const std::string net = e.substr(0, e.find(':'));
-        zoo::net_info(net);  // an unknown name is an error, not a silent no-op
+        if (!is_onnx_file(net)) zoo::net_info(net);  // an unknown name is an error, not a silent no-op
         if (e.find(':') != std::string::npos) parse_int_list(e.substr(e.find(':') + 1), "--exclude " + e);
     }
     std::vector<ConfigRecord> all = db.configs();

@@ -9,6 +9,7 @@
 #include "graph/cost.hpp"
 #include "graph/error.hpp"
 #include "hw/device_spec.hpp"
+#include "import/onnx.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/trainer.hpp"
 #include "zoo/zoo.hpp"
@@ -91,7 +92,7 @@ ProfiledModel profiled_model(const std::string& net, int64_t batch, const std::s
     cfg.batch = batch;
     cfg.image_size = image_size;
     cfg.seq_len = seq_len;
-    ProfiledModel p{zoo::build(net, cfg), {}};
+    ProfiledModel p{load_model(net, cfg), {}};
     TrainGraph tg = build_train_graph(std::move(p.model.graph), p.model.loss, OptimizerConfig::sgd(0.01f, 0.9f));
     const Plan plan = precision_plan(tg, dtype, scope, device);
     LowerOptions lo;
@@ -110,7 +111,8 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
         if (!o.device_spec.empty()) throw;
         spec_error = e.what();
     }
-    for (const std::string& net : o.nets) zoo::net_info(net);  // unknown names fail before any run
+    for (const std::string& net : o.nets)  // unknown names and unreadable model files fail before any run
+        is_onnx_file(net) ? (void)onnx_fixed_batch(net) : (void)zoo::net_info(net);
     int ran = 0;
     for (const std::string& net : o.nets)
         for (int64_t batch : o.batches)
