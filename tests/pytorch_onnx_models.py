@@ -97,10 +97,34 @@ class Encoder(nn.Module):
         return self.cls(x[:, 0])
 
 
+class Broadcasting(nn.Module):
+    """Element-wise arithmetic joule imports op for op: a squeeze-and-excitation gate (ReduceMean over H and W,
+    a broadcast Mul), a learned position table added across the batch, a mean subtracted, an RMS
+    normalisation (Pow, ReduceMean, Add of a constant, Sqrt, Div, a broadcast weight), ReduceSum and Neg."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, stride=2)
+        self.se1 = nn.Conv2d(8, 4, 1)
+        self.se2 = nn.Conv2d(4, 8, 1)
+        self.pos = nn.Parameter(torch.randn(1, 16, 8) * 0.1)
+        self.scale = nn.Parameter(torch.rand(8) + 0.5)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        y = F.relu(self.conv(x))
+        y = y * torch.sigmoid(self.se2(F.relu(self.se1(y.mean((2, 3), keepdim=True)))))
+        t = y.flatten(2).transpose(1, 2) + self.pos
+        t = t - t.mean(-1, keepdim=True)
+        t = t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
+        return self.fc(-t.sum(1))
+
+
 def models():
     torch.manual_seed(0)
     yield "residual_cnn", ResidualCNN(), torch.randn(4, 3, 16, 16), 10, 13, True
     yield "depthwise", DepthwiseNet(), torch.randn(4, 3, 16, 16), 10, 11, False
+    yield "broadcasting", Broadcasting(), torch.randn(4, 3, 8, 8), 10, 13, False
     for opset in (14, 17):  # LayerNorm spelled out in ReduceMean/Sub/Pow/Sqrt/Div below 17, one node from 17
         torch.manual_seed(1)
         yield "encoder_opset%d" % opset, Encoder(4, 12), torch.randint(0, 100, (4, 12)), 5, opset, False

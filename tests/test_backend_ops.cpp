@@ -249,6 +249,31 @@ std::vector<Case> make_cases() {
     binary(K::Add, "plain", plain({3, 7}), plain({3, 7}));
     binary(K::Mul, "nhwc", nhwc({2, 3, 4, 5}), nhwc({2, 3, 4, 5}));
     binary(K::Mul, "plain", plain({3, 7}), plain({3, 7}));
+    binary(K::Sub, "plain", plain({3, 7}), plain({3, 7}));
+    binary(K::Add, "broadcast_channel_nhwc", nhwc({2, 3, 4, 5}), plain({3, 1, 1}));
+    binary(K::Mul, "broadcast_rows", plain({2, 3, 7}), plain({3, 1}));
+    binary(K::Sub, "broadcast_mean", plain({2, 3, 7}), plain({2, 3, 1}));
+    const Fill positive{0.5, 2};
+    for (const auto& [tag, a, b] : {std::tuple{"plain", plain({3, 7}), plain({3, 7})}, std::tuple{"broadcast", plain({2, 3, 7}), plain({7})}}) {
+        cs.push_back({std::string("Div_") + tag, [=](Graph& g, Fills& f) { g.add(K::Div, NoAttrs{}, {input(g, f, "a", a), input(g, f, "b", b, positive)}, "op"); }});
+    }
+    for (const TensorDesc& x : {nhwc({2, 3, 4, 5}), plain({3, 7})}) {
+        const std::string tag = x.layout == Layout::ChannelsLast ? "nhwc" : "plain";
+        cs.push_back(unary("Sqrt_" + tag, K::Sqrt, NoAttrs{}, x, positive));
+        cs.push_back(eltwise_backward("SqrtBackward_" + tag, K::SqrtBackward, x, positive));
+        cs.push_back(unary("Pow_" + tag, K::Pow, PowAttrs{1.5f}, x, positive));
+        cs.push_back({"PowBackward_" + tag, [=](Graph& g, Fills& f) {
+                          backward(g, K::PowBackward, PowAttrs{1.5f}, {input(g, f, "dy", x), input(g, f, "x", x, positive)});
+                      }});
+    }
+    cs.push_back(unary("Pow_square", K::Pow, PowAttrs{2.0f}, plain({3, 7})));
+    // sums to a broadcast source's shape and broadcasts (ReduceMean / ReduceSum, ONNX Expand, gradients of broadcasts)
+    cs.push_back(unary("SumTo_mean_last_axis", K::SumTo, BroadcastAttrs{{2, 3, 1}, 1.0f / 7}, plain({2, 3, 7})));
+    cs.push_back(unary("SumTo_nhwc_to_channels", K::SumTo, BroadcastAttrs{{3, 1, 1}, -1.0f}, nhwc({2, 3, 4, 5})));
+    cs.push_back(unary("SumTo_nhwc_to_nhwc", K::SumTo, BroadcastAttrs{{1, 3, 1, 1}, 1.0f, Layout::ChannelsLast}, nhwc({2, 3, 4, 5})));
+    cs.push_back(unary("SumTo_scaled_copy", K::SumTo, BroadcastAttrs{{2, 3, 4, 5}, -1.0f, Layout::Plain}, nhwc({2, 3, 4, 5})));
+    cs.push_back(unary("Expand_rows", K::Expand, BroadcastAttrs{{2, 3, 7}, 0.5f}, plain({3, 1})));
+    cs.push_back(unary("Expand_to_nhwc", K::Expand, BroadcastAttrs{{2, 3, 4, 5}, 1.0f, Layout::ChannelsLast}, plain({1, 3, 1, 1})));
 
     // data movement
     auto concat = [&](const std::string& tag, int64_t axis, std::vector<TensorDesc> xs) {

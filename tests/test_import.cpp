@@ -88,7 +88,7 @@ TEST_P(OnnxEquivalence, OneSgdStepMatchesPyTorch) {
     EXPECT_EQ(compared, tg.graph.tensors_with_role(TensorRole::Parameter).size() + 2 * norms);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, OnnxEquivalence, ::testing::Values("residual_cnn", "depthwise", "encoder_opset14", "encoder_opset17"),
+INSTANTIATE_TEST_SUITE_P(Models, OnnxEquivalence, ::testing::Values("residual_cnn", "depthwise", "broadcasting", "encoder_opset14", "encoder_opset17"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(OnnxImport, TorchvisionResNet18HasTheZoosParameterCount) {
@@ -191,6 +191,60 @@ TEST(OnnxImport, MalformedOrUnsupportedModelsAreClearErrors) {
     }, "joule trains a model with one data input, this one has 2 (x, x2) (name the labels input with --labels)");
 }
 
+// Structure-aware mangling beside the byte-level fuzzer (fuzz/onnx.cpp, whose mutations mostly stop at
+// protobuf's parser): every node of real exports with an input dropped, its inputs swapped, its op type
+// replaced, its list attributes emptied or set to odd values, an initializer's dims changed. Each import
+// either succeeds (and differentiates) or is a joule::Error; nothing else may escape.
+TEST(OnnxImport, MangledNodesAreErrorsNotCrashes) {
+    const char* types[] = {"Conv", "Gemm", "MatMul", "Reshape", "Gather", "Slice", "Pad", "Concat", "BatchNormalization", "ReduceMean",
+                           "Expand", "Pow", "Softmax", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "MaxPool", "Where", "Range", "Constant"};
+    const std::vector<std::vector<int64_t>> odd = {{}, {0}, {-1, 5, 7}, {1, 1, 1, 1, 1, 1, 1, 1, 1}, {int64_t(1) << 40}};
+    int imported = 0, errors = 0;
+    auto attempt = [&](const std::string& bytes) {
+        try {
+            zoo::Model m = import_onnx_bytes(bytes, "mangled.onnx", {.batch = 4});
+            build_train_graph(std::move(m.graph), m.loss, OptimizerConfig::sgd(0.1f, 0.9f));
+            ++imported;
+        } catch (const Error&) {
+            ++errors;
+        }
+    };
+    for (const char* name : {"residual_cnn", "broadcasting", "encoder_opset14", "encoder_opset17"}) {
+        std::ifstream f(exported(name), std::ios::binary);
+        onnx::ModelProto base;
+        ASSERT_TRUE(base.ParseFromIstream(&f));
+        for (int i = 0; i < base.graph().node_size(); ++i) {
+            auto mangle = [&](const std::function<void(onnx::NodeProto&)>& edit) {
+                onnx::ModelProto m = base;
+                edit(*m.mutable_graph()->mutable_node(i));
+                attempt(m.SerializeAsString());
+            };
+            mangle([](onnx::NodeProto& n) { if (n.input_size()) n.mutable_input()->RemoveLast(); });
+            mangle([](onnx::NodeProto& n) { n.clear_input(); });
+            mangle([](onnx::NodeProto& n) { n.clear_output(); });
+            mangle([](onnx::NodeProto& n) { if (n.input_size() > 1) n.mutable_input()->SwapElements(0, 1); });
+            for (const char* t : types) mangle([t](onnx::NodeProto& n) { n.set_op_type(t); });
+            for (int a = 0; a < base.graph().node(i).attribute_size(); ++a)
+                for (const auto& v : odd)
+                    mangle([a, &v](onnx::NodeProto& n) {
+                        auto* at = n.mutable_attribute(a);
+                        at->clear_ints(), at->set_i(v.empty() ? 0 : v[0]), at->set_f(v.empty() ? 0.0f : float(v[0]));
+                        for (int64_t x : v) at->add_ints(x);
+                    });
+        }
+        for (int k = 0; k < base.graph().initializer_size(); ++k)
+            for (const auto& v : odd) {
+                onnx::ModelProto m = base;
+                auto* t = m.mutable_graph()->mutable_initializer(k);
+                t->clear_dims();
+                for (int64_t d : v) t->add_dims(d);
+                attempt(m.SerializeAsString());
+            }
+    }
+    EXPECT_GT(errors, 1000);
+    EXPECT_GT(imported, 10);  // some mangles are harmless (an attribute at its default), and import
+}
+
 TEST(OnnxImport, ModelsWithTheirOwnLossKeepIt) {
     // the encoder with nn.CrossEntropyLoss exported inside it: labels are the loss's input
     const std::string dir = ::testing::TempDir() + "joule_onnx_loss_" + std::to_string(getpid());
@@ -248,7 +302,7 @@ TEST_P(OnnxExport, ImportOfTheExportGivesTheSameOutputs) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, OnnxExport, ::testing::Values("residual_cnn", "depthwise", "encoder_opset14"),
+INSTANTIATE_TEST_SUITE_P(Models, OnnxExport, ::testing::Values("residual_cnn", "depthwise", "broadcasting", "encoder_opset14"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(OnnxImport, TrainAndInspectTakeAModelFile) {

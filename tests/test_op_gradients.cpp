@@ -32,6 +32,15 @@ GradCase unary_case(OpKind k, float std = 1.0f, Layout l = Layout::ChannelsLast)
     return {op_name(k), [=](Graph& g) { return g.add1(k, NoAttrs{}, {param(g, "x", {2, 3, 4, 5}, l, std)}, "op"); }};
 }
 
+// Makes parameter `name` positive (0.5 + |x|): the domain of Sqrt, fractional powers and denominators.
+std::function<void(Executor&, const Graph&)> positive(const std::string& name) {
+    return [name](Executor& ex, const Graph& g) {
+        const TensorId t = *g.find_tensor(name);
+        float* p = ex.f32(t);
+        for (int64_t i = 0; i < g.tensor(t).desc.numel(); ++i) p[i] = 0.5f + std::fabs(p[i]);
+    };
+}
+
 PoolAttrs pool(int64_t k, int64_t s, int64_t p) {
     PoolAttrs a;
     a.kernel[0] = a.kernel[1] = k;
@@ -77,6 +86,28 @@ std::vector<GradCase> cases() {
         {"GlobalAvgPool", [](Graph& g) { return g.add1(OpKind::GlobalAvgPool, NoAttrs{}, {param(g, "x", {2, 3, 4, 4}, Layout::ChannelsLast)}, "p"); }},
         {"Add", [](Graph& g) { return g.add1(OpKind::Add, NoAttrs{}, {param(g, "a", {2, 3, 2, 2}, Layout::ChannelsLast), param(g, "b", {2, 3, 2, 2}, Layout::ChannelsLast)}, "add"); }},
         {"Mul", [](Graph& g) { return g.add1(OpKind::Mul, NoAttrs{}, {param(g, "a", {3, 4}), param(g, "b", {3, 4})}, "mul"); }},
+        // B broadcast to A: its gradient summed back (SumTo)
+        {"Add broadcast channel", [](Graph& g) {
+             return g.add1(OpKind::Add, NoAttrs{}, {param(g, "a", {2, 3, 2, 2}, Layout::ChannelsLast), param(g, "b", {3, 1, 1})}, "add");
+         }},
+        {"Mul broadcast", [](Graph& g) { return g.add1(OpKind::Mul, NoAttrs{}, {param(g, "a", {2, 3, 4}), param(g, "b", {1, 3, 1})}, "mul"); }},
+        {"Sub", [](Graph& g) { return g.add1(OpKind::Sub, NoAttrs{}, {param(g, "a", {3, 4}), param(g, "b", {3, 4})}, "sub"); }},
+        {"Sub broadcast", [](Graph& g) { return g.add1(OpKind::Sub, NoAttrs{}, {param(g, "a", {2, 3, 4}), param(g, "b", {3, 1})}, "sub"); }},
+        {"Div", [](Graph& g) { return g.add1(OpKind::Div, NoAttrs{}, {param(g, "a", {3, 4}), param(g, "b", {3, 4})}, "div"); }, positive("b")},
+        {"Div broadcast", [](Graph& g) { return g.add1(OpKind::Div, NoAttrs{}, {param(g, "a", {2, 3, 4}), param(g, "b", {4})}, "div"); }, positive("b")},
+        {"Sqrt", [](Graph& g) { return g.add1(OpKind::Sqrt, NoAttrs{}, {param(g, "x", {2, 3, 4, 5}, Layout::ChannelsLast)}, "op"); }, positive("x")},
+        {"Pow 2", [](Graph& g) { return g.add1(OpKind::Pow, PowAttrs{2.0f}, {param(g, "x", {3, 7})}, "op"); }},
+        {"Pow 1.5", [](Graph& g) { return g.add1(OpKind::Pow, PowAttrs{1.5f}, {param(g, "x", {3, 7})}, "op"); }, positive("x")},
+        {"SumTo mean of the last axis", [](Graph& g) {
+             return g.add1(OpKind::SumTo, BroadcastAttrs{{2, 3, 1}, 0.25f}, {param(g, "x", {2, 3, 4})}, "mean");
+         }},
+        {"SumTo nhwc channels", [](Graph& g) {
+             return g.add1(OpKind::SumTo, BroadcastAttrs{{3, 1, 1}, 1.0f}, {param(g, "x", {2, 3, 2, 2}, Layout::ChannelsLast)}, "sum");
+         }},
+        {"Expand", [](Graph& g) { return g.add1(OpKind::Expand, BroadcastAttrs{{2, 3, 4}, 0.5f}, {param(g, "x", {3, 1})}, "expand"); }},
+        {"Expand to nhwc", [](Graph& g) {
+             return g.add1(OpKind::Expand, BroadcastAttrs{{2, 3, 2, 2}, 1.0f, Layout::ChannelsLast}, {param(g, "x", {1, 3, 1, 1})}, "expand");
+         }},
         {"Concat nhwc channels", [](Graph& g) {
              return g.add1(OpKind::Concat, AxisAttrs{1}, {param(g, "a", {2, 2, 3, 3}, Layout::ChannelsLast), param(g, "b", {2, 3, 3, 3}, Layout::ChannelsLast)}, "cat");
          }},

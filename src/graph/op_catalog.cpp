@@ -25,8 +25,14 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::MaxPool2d, "MaxPool2d", 1, 1, C::Pooling, shape_MaxPool2d, flops_MaxPool2d, grad_MaxPool2d},
     {K::AvgPool2d, "AvgPool2d", 1, 1, C::Pooling, shape_AvgPool2d, flops_AvgPool2d, grad_AvgPool2d},
     {K::GlobalAvgPool, "GlobalAvgPool", 1, 1, C::Pooling, shape_GlobalAvgPool, flops_GlobalAvgPool, grad_GlobalAvgPool},
-    {K::Add, "Add", 2, 2, C::Other, shape_Add, flops_Add, grad_Add},
-    {K::Mul, "Mul", 2, 2, C::Other, shape_Mul, flops_Mul, grad_Mul},
+    {K::Add, "Add", 2, 2, C::Other, shape_Binary, flops_Binary, grad_Add},
+    {K::Mul, "Mul", 2, 2, C::Other, shape_Binary, flops_Binary, grad_Mul},
+    {K::Sub, "Sub", 2, 2, C::Other, shape_Binary, flops_Binary, grad_Sub},
+    {K::Div, "Div", 2, 2, C::Other, shape_Binary, flops_Binary, grad_Div},
+    {K::Sqrt, "Sqrt", 1, 1, C::Other, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::Pow, "Pow", 1, 1, C::Other, shape_Eltwise, flops_Eltwise, grad_Eltwise},
+    {K::SumTo, "SumTo", 1, 1, C::Other, shape_SumTo, flops_SumTo, grad_SumTo},
+    {K::Expand, "Expand", 1, 1, C::Other, shape_Expand, flops_Expand, grad_Expand},
     {K::Concat, "Concat", 1, -1, C::Other, shape_Concat, flops_Concat, grad_Concat},
     {K::Slice, "Slice", 1, 1, C::Other, shape_Slice, flops_Slice, grad_Slice},
     {K::Reshape, "Reshape", 1, 1, C::Other, shape_Reshape, flops_Reshape, grad_Reshape},
@@ -46,6 +52,8 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::GeluBackward, "GeluBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
     {K::SigmoidBackward, "SigmoidBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
     {K::TanhBackward, "TanhBackward", 2, 2, C::Activation, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::SqrtBackward, "SqrtBackward", 2, 2, C::Other, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
+    {K::PowBackward, "PowBackward", 2, 2, C::Other, shape_EltwiseBackward, flops_EltwiseBackward, nullptr},
     {K::MaxPool2dBackward, "MaxPool2dBackward", 2, 2, C::Pooling, shape_MaxPool2dBackward, flops_MaxPool2dBackward, nullptr},
     {K::AvgPool2dBackward, "AvgPool2dBackward", 1, 1, C::Pooling, shape_PoolBackwardFromGrad, flops_PoolBackwardFromGrad, nullptr},
     {K::GlobalAvgPoolBackward, "GlobalAvgPoolBackward", 1, 1, C::Pooling, shape_PoolBackwardFromGrad, flops_PoolBackwardFromGrad, nullptr},
@@ -71,6 +79,15 @@ static_assert(table_in_enum_order(), "catalogue rows must follow OpKind order");
 }  // namespace
 
 const OpInfo& op_info(OpKind k) { return kOps.at(size_t(k)); }
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    for (size_t i = 0; i < from.size(); ++i) {
+        const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+        if (f != t && f != 1) return false;
+    }
+    return true;
+}
 
 uint64_t dropout_stream(const Node& n) {
     uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the name

@@ -30,12 +30,13 @@ enum class OpKind : uint16_t {
     Conv2d, Linear, MatMul, BatchNorm2d, LayerNorm,
     Relu, Relu6, Gelu, Sigmoid, Tanh,
     MaxPool2d, AvgPool2d, GlobalAvgPool,
-    Add, Mul, Concat, Slice, Reshape, Transpose, Dropout, Softmax, Embedding,
+    Add, Mul, Sub, Div, Sqrt, Pow, SumTo, Expand,
+    Concat, Slice, Reshape, Transpose, Dropout, Softmax, Embedding,
     SoftmaxCrossEntropy,
     // backward
     ConvBackwardData, ConvBackwardWeights, LinearBackwardData, LinearBackwardWeights,
     BatchNormBackward, LayerNormBackward,
-    ReluBackward, Relu6Backward, GeluBackward, SigmoidBackward, TanhBackward,
+    ReluBackward, Relu6Backward, GeluBackward, SigmoidBackward, TanhBackward, SqrtBackward, PowBackward,
     MaxPool2dBackward, AvgPool2dBackward, GlobalAvgPoolBackward,
     SliceBackward, SoftmaxBackward, EmbeddingBackward, SoftmaxCrossEntropyBackward,
     // optimizer updates (write their parameter and state inputs in place)
@@ -99,6 +100,21 @@ struct DropoutAttrs {
     float p = 0.5f;
     uint64_t seed = 0;
 };
+// Pow(X) = X^exponent (a constant exponent); gradient PowBackward(dY, X) = dY * exponent * X^(exponent - 1).
+struct PowAttrs {
+    float exponent = 2.0f;
+};
+// SumTo(X) = scale * X summed over the axes where `shape` is 1 and X is not, and over the leading axes
+// `shape` lacks: X's numpy-broadcast source (ReduceSum / ReduceMean with kept dims, and the gradient of a
+// broadcast operand). Expand(X) = scale * X broadcast to `shape`. Each is the other's gradient.
+struct BroadcastAttrs {
+    Shape shape;
+    float scale = 1.0f;
+    Layout layout = Layout::Plain;  // of the output (nhwc only for rank 4)
+};
+// Whether a tensor of shape `from` broadcasts to `to` (numpy rules, aligned at the last axis).
+bool broadcasts_to(const Shape& from, const Shape& to);
+
 struct SgdAttrs {
     float lr = 0.01f;
     float momentum = 0.0f;
@@ -138,7 +154,8 @@ struct AllReduceAttrs {
 std::vector<int64_t> bucket_offsets(const std::vector<Shape>& shapes);
 
 using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs, SliceAttrs,
-                           ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs, AllReduceAttrs>;
+                           ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs, AllReduceAttrs,
+                           PowAttrs, BroadcastAttrs>;
 
 struct Node;
 class GradBuilder;

@@ -116,6 +116,35 @@ private:
         for (int64_t x : v) a->add_ints(x);
     }
 
+    // SumTo as ReduceMean (its scale 1 / the count summed) or ReduceSum (then a Mul by the scale), keeping
+    // dims, and a Reshape when the target has fewer axes than the input.
+    void sum_to(const Node& n, const std::string& x, const std::string& y) {
+        const auto& a = attrs_as<BroadcastAttrs>(n);
+        const Shape& in = g_.tensor(n.inputs[0]).desc.shape;
+        Shape kept(in.size() - a.shape.size(), 1);
+        kept.insert(kept.end(), a.shape.begin(), a.shape.end());
+        std::vector<int64_t> axes;
+        double count = 1;
+        for (size_t k = 0; k < in.size(); ++k)
+            if (kept[k] == 1 && in[k] != 1) axes.push_back(int64_t(k)), count *= double(in[k]);
+        const std::string& nm = n.name;
+        if (axes.empty()) {  // nothing summed: a scaled copy
+            emit("Mul", nm, {x, float_constant(nm + ".scale", a.scale)}, {y});
+            return;
+        }
+        const bool mean = a.scale == float(1.0 / count);
+        const bool reshape = kept != a.shape;
+        const std::string r = reshape || (!mean && a.scale != 1.0f) ? unique(nm + ".reduced") : y;
+        if (mean) attr(emit("ReduceMean", nm, {x}, {r}), "axes", axes);
+        else emit("ReduceSum", nm, {x, ints_constant(nm + ".axes", axes)}, {r});
+        std::string z = r;
+        if (!mean && a.scale != 1.0f) {
+            z = reshape ? unique(nm + ".scaled") : y;
+            emit("Mul", nm, {r, float_constant(nm + ".scale", a.scale)}, {z});
+        }
+        if (reshape) emit("Reshape", nm, {z, ints_constant(nm + ".shape", a.shape)}, {y});
+    }
+
     void node(NodeId id) {
         const Node& n = g_.node(id);
         if (n.kind == OpKind::Cast || n.kind == OpKind::Transfer) {  // a plan's storage decision, not the model's
@@ -206,6 +235,18 @@ private:
             case OpKind::GlobalAvgPool: emit("GlobalAveragePool", nm, in, {y}); return;
             case OpKind::Add: emit("Add", nm, in, {y}); return;
             case OpKind::Mul: emit("Mul", nm, in, {y}); return;
+            case OpKind::Sub: emit("Sub", nm, in, {y}); return;
+            case OpKind::Div: emit("Div", nm, in, {y}); return;
+            case OpKind::Sqrt: emit("Sqrt", nm, in, {y}); return;
+            case OpKind::Pow: emit("Pow", nm, {in[0], float_constant(nm + ".exponent", attrs_as<PowAttrs>(n).exponent)}, {y}); return;
+            case OpKind::SumTo: sum_to(n, in[0], y); return;
+            case OpKind::Expand: {
+                const auto& a = attrs_as<BroadcastAttrs>(n);
+                const std::string e = a.scale != 1.0f ? unique(nm + ".expanded") : y;
+                emit("Expand", nm, {in[0], ints_constant(nm + ".shape", a.shape)}, {e});
+                if (a.scale != 1.0f) emit("Mul", nm, {e, float_constant(nm + ".scale", a.scale)}, {y});
+                return;
+            }
             case OpKind::Concat: attr(emit("Concat", nm, in, {y}), "axis", attrs_as<AxisAttrs>(n).axis); return;
             case OpKind::Softmax: attr(emit("Softmax", nm, in, {y}), "axis", int64_t(-1)); return;
             case OpKind::Transpose: attr(emit("Transpose", nm, in, {y}), "perm", attrs_as<TransposeAttrs>(n).perm); return;

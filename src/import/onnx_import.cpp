@@ -795,11 +795,21 @@ private:
                 for (int64_t k = graph_.tensor(x).desc.rank(); k-- > 0;) perm.push_back(k);
             return out(add(i, OpKind::Transpose, TransposeAttrs{perm}, {x}));
         }
-        if (t == "Add" || t == "Mul") {
-            const TensorId a = tensor(i, in(0)), b = tensor(i, in(1));
-            if (graph_.tensor(a).desc.shape != graph_.tensor(b).desc.shape)
-                fail(i, "joule " + t + "s tensors of one shape; these are " + shape_str(graph_.tensor(a).desc.shape) + " and " + shape_str(graph_.tensor(b).desc.shape) + " (broadcasting)");
-            return out(add(i, t == "Add" ? OpKind::Add : OpKind::Mul, NoAttrs{}, {a, b}));
+        if (t == "Add" || t == "Mul" || t == "Sub" || t == "Div") return out(binary(i));
+        if (t == "Sqrt") return out(add(i, OpKind::Sqrt, NoAttrs{}, {tensor(i, in(0))}));
+        if (t == "Neg") return out(add(i, OpKind::SumTo, BroadcastAttrs{shape_of(i, in(0)), -1.0f, graph_.tensor(tensor(i, in(0))).desc.layout}, {tensor(i, in(0))}));
+        if (t == "Pow") {
+            if (!is_const(in(1)) || constant(i, in(1)).numel() != 1) fail(i, "joule raises to a constant scalar exponent only");
+            return out(add(i, OpKind::Pow, PowAttrs{float(constant(i, in(1)).v[0])}, {tensor(i, in(0))}));
+        }
+        if (t == "ReduceMean" || t == "ReduceSum") return out(reduce(i));
+        if (t == "Expand") {
+            const TensorId x = tensor(i, in(0));
+            const std::vector<int64_t> want = ints(i, in(1));
+            const Shape& s = graph_.tensor(x).desc.shape;
+            const Shape y = broadcast_dims(s, Shape(want.begin(), want.end()), what(i));
+            if (y == s) return alias(n.output(0), in(0));
+            return out(add(i, OpKind::Expand, BroadcastAttrs{y, 1.0f, Layout::Plain}, {plain(x, joule_name(i))}));
         }
         if (t == "Gemm" || t == "MatMul") {
             if (const auto l = linears_.find(i); l != linears_.end()) return linear(i, l->second);
@@ -860,8 +870,7 @@ private:
             return out(add(i, OpKind::Dropout, DropoutAttrs{float(p), 0}, {tensor(i, in(0))}));
         }
         if (t == "SoftmaxCrossEntropyLoss" || t == "NegativeLogLikelihoodLoss") return loss(i);
-        if (t == "Erf" || t == "Sub" || t == "Div" || t == "Pow" || t == "Sqrt" || t == "ReduceMean")
-            fail(i, "joule has no op for ONNX " + t + " outside the patterns it recognises (GELU's erf form, LayerNorm, a scaled MatMul)");
+        if (t == "Erf") fail(i, "joule has no op for ONNX Erf outside GELU's erf form x * 0.5 * (1 + erf(x / sqrt 2))");
         fail(i, "joule has no op for ONNX " + t, "the ops joule imports are listed in src/import/README.md");
     }
 
@@ -874,6 +883,65 @@ private:
             for (int c : consumers_.count(n.output(k)) ? consumers_.at(n.output(k)) : std::vector<int>{})
                 if (c >= 0) fail(i, "output " + std::to_string(k) + " ('" + n.output(k) + "') is read by another node; joule computes only the first");
         }
+    }
+
+    // A binary op's operand: a computed tensor, a weight (a float initializer of more than one element,
+    // trained) or a constant (a scalar initializer, a Constant node, folded arithmetic).
+    TensorId operand(int i, const std::string& name) {
+        const auto v = values_.find(name);
+        if (v != values_.end() && v->second.t != kNone) return v->second.t;
+        if (is_initializer(name) && onnx_io::is_float_type(inits_.at(name)->data_type()) && onnx_io::element_count(inits_.at(name)->dims(), name) > 1)
+            return weight(i, name, TensorRole::Parameter);
+        const Const& c = constant(i, name);
+        if (!c.floating) fail(i, "integer constant '" + name + "' in floating-point arithmetic");
+        std::vector<float> data(c.v.begin(), c.v.end());
+        const TensorId t = graph_.constant(name, {c.dims.empty() ? Shape{1} : c.dims}, Init::data(std::move(data)));
+        values_[name].t = t;
+        return t;
+    }
+    // Add, Mul, Sub, Div with numpy broadcasting: joule's ops broadcast B to A; an A that is itself
+    // broadcast is swapped with B (Add, Mul) or expanded first.
+    TensorId binary(int i) {
+        const NodeProto& n = g_.node(i);
+        const std::string& t = n.op_type();
+        const OpKind k = t == "Add" ? OpKind::Add : t == "Mul" ? OpKind::Mul : t == "Sub" ? OpKind::Sub : OpKind::Div;
+        TensorId a = operand(i, n.input(0)), b = operand(i, n.input(1));
+        const Shape y = broadcast_dims(graph_.tensor(a).desc.shape, graph_.tensor(b).desc.shape, what(i));
+        if (graph_.tensor(a).desc.shape != y && (k == OpKind::Add || k == OpKind::Mul) && graph_.tensor(b).desc.shape == y) std::swap(a, b);
+        if (graph_.tensor(a).desc.shape != y)
+            a = graph_.add1(OpKind::Expand, BroadcastAttrs{y, 1.0f, Layout::Plain}, {plain(a, joule_name(i))}, joule_name(i) + ".expand");
+        return add(i, k, NoAttrs{}, {a, b});
+    }
+    // ReduceMean / ReduceSum over axes (all when none are given): a SumTo with the kept dims, then a
+    // reshape that drops them unless keepdims.
+    TensorId reduce(int i) {
+        const NodeProto& n = g_.node(i);
+        const TensorId x = tensor(i, n.input(0));
+        const TensorDesc& d = graph_.tensor(x).desc;
+        std::vector<int64_t> axes = n.op_type() == "ReduceSum" && opset_ >= 13 ? (n.input_size() > 1 && !n.input(1).empty() ? ints(i, n.input(1)) : std::vector<int64_t>{})
+                                                                               : attr_ints(i, "axes");
+        if (axes.empty() && attr_i(i, "noop_with_empty_axes", 0) == 1) return x;
+        const int64_t r = d.rank();
+        if (axes.empty())
+            for (int64_t k = 0; k < r; ++k) axes.push_back(k);
+        Shape kept = d.shape;
+        int64_t count = 1;
+        for (int64_t a : axes) {
+            const int64_t ax = a < 0 ? a + r : a;
+            if (ax < 0 || ax >= r) fail(i, "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
+            if (kept[size_t(ax)] != 1) count *= kept[size_t(ax)];
+            kept[size_t(ax)] = 1;
+        }
+        const float scale = n.op_type() == "ReduceMean" ? float(1.0 / double(count)) : 1.0f;
+        TensorId y = add(i, OpKind::SumTo, BroadcastAttrs{kept, scale, r == 4 ? d.layout : Layout::Plain}, {x});
+        if (attr_i(i, "keepdims", 1) == 0) {
+            Shape dropped;
+            for (int64_t k = 0; k < r; ++k)
+                if (std::find_if(axes.begin(), axes.end(), [&](int64_t a) { return (a < 0 ? a + r : a) == k; }) == axes.end()) dropped.push_back(d.shape[size_t(k)]);
+            if (dropped.empty()) dropped = {1};
+            y = graph_.add1(OpKind::Reshape, ReshapeAttrs{dropped, Layout::Plain}, {y}, joule_name(i) + ".squeeze");
+        }
+        return y;
     }
 
     TensorId conv(int i) {

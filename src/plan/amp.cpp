@@ -36,20 +36,21 @@ AmpColour tf_amp_list(OpKind k) {
             return AmpColour::Allow;
         // FusedBatchNormV3 / Grad (also what Keras' fused LayerNormalization runs), Add, Mul, AvgPool /
         // AvgPoolGrad, Sigmoid / SigmoidGrad, Tanh / TanhGrad, Erf (GELU), Softmax, RealDiv (the gradient of
-        // a mean), Mul by a mask (dropout)
+        // a mean), Mul by a mask (dropout), Sub
         case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::LayerNorm: case OpKind::LayerNormBackward:
-        case OpKind::Add: case OpKind::Mul: case OpKind::AvgPool2d: case OpKind::AvgPool2dBackward:
+        case OpKind::Add: case OpKind::Mul: case OpKind::Sub: case OpKind::Div: case OpKind::AvgPool2d: case OpKind::AvgPool2dBackward:
         case OpKind::Sigmoid: case OpKind::SigmoidBackward: case OpKind::Tanh: case OpKind::TanhBackward:
         case OpKind::Gelu: case OpKind::GeluBackward: case OpKind::Softmax: case OpKind::GlobalAvgPoolBackward: case OpKind::Dropout:
             return AmpColour::Infer;
         // Relu / ReluGrad, Relu6 / Relu6Grad, MaxPool / MaxPoolGrad, ConcatV2, Slice, Pad, Reshape,
-        // Transpose, GatherV2
+        // Transpose, GatherV2, BroadcastTo
+        case OpKind::Expand:
         case OpKind::Relu: case OpKind::ReluBackward: case OpKind::Relu6: case OpKind::Relu6Backward:
         case OpKind::MaxPool2d: case OpKind::MaxPool2dBackward: case OpKind::Concat: case OpKind::Slice: case OpKind::SliceBackward:
         case OpKind::Reshape: case OpKind::Transpose: case OpKind::Embedding:
             return AmpColour::Clear;
-        // Mean (global average pooling), SoftmaxCrossEntropyWithLogits, Sum (inside the softmax
-        // gradient), UnsortedSegmentSum (not listed: deny), the optimizer's Apply* ops (not listed)
+        // Mean (global average pooling; SumTo), SoftmaxCrossEntropyWithLogits, Sum (inside the softmax
+        // gradient), Pow, Sqrt and UnsortedSegmentSum (not listed: deny), the optimizer's Apply* ops (not listed)
         default:
             return AmpColour::Deny;
     }

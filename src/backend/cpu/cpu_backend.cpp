@@ -142,9 +142,11 @@ std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std
                 return make_norm(a);
             case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh:
             case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
-            case OpKind::TanhBackward:
+            case OpKind::TanhBackward: case OpKind::Sqrt: case OpKind::Pow: case OpKind::SqrtBackward: case OpKind::PowBackward:
                 return make_eltwise(a);
-            case OpKind::Add: case OpKind::Mul: return make_binary(a);
+            case OpKind::Add: case OpKind::Mul: case OpKind::Sub: case OpKind::Div: return make_binary(a);
+            case OpKind::SumTo: return make_sum_to(a);
+            case OpKind::Expand: return make_expand(a);
             case OpKind::Dropout: return make_dropout(a);
             case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::GlobalAvgPool: case OpKind::MaxPool2dBackward:
             case OpKind::AvgPool2dBackward: case OpKind::GlobalAvgPoolBackward:

@@ -1,4 +1,4 @@
-// Activations (oneDNN eltwise forward/backward), Add/Mul (oneDNN binary) and Dropout (a counter-based
+// Activations, Sqrt, Pow (oneDNN eltwise forward/backward), Add/Mul/Sub/Div with B broadcast (oneDNN binary) and Dropout (a counter-based
 // RNG loop, f32 or bf16: the mask of element i in run t (RunContext::run) is graph/ops.hpp's dropout_keeps, the same on
 // every backend).
 #include <cstring>
@@ -17,8 +17,10 @@ struct EltwiseAlg {
     algorithm alg;
     float alpha, beta;
 };
-EltwiseAlg eltwise_alg(OpKind k) {
-    switch (k) {
+EltwiseAlg eltwise_alg(const Node& n) {
+    switch (n.kind) {
+        case OpKind::Sqrt: case OpKind::SqrtBackward: return {algorithm::eltwise_sqrt, 0.f, 0.f};
+        case OpKind::Pow: case OpKind::PowBackward: return {algorithm::eltwise_pow, 1.f, attrs_as<PowAttrs>(n).exponent};
         case OpKind::Relu: case OpKind::ReluBackward: return {algorithm::eltwise_relu, 0.f, 0.f};
         case OpKind::Relu6: case OpKind::Relu6Backward: return {algorithm::eltwise_clip_v2, 0.f, 6.f};  // v2: zero gradient at both ends, as PyTorch
         case OpKind::Gelu: case OpKind::GeluBackward: return {algorithm::eltwise_gelu_erf, 0.f, 0.f};
@@ -30,12 +32,12 @@ EltwiseAlg eltwise_alg(OpKind k) {
 }  // namespace
 
 std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
-    const EltwiseAlg alg = eltwise_alg(a.node.kind);
+    const EltwiseAlg alg = eltwise_alg(a.node);
     const bool forward = op_info(a.node.kind).grad != nullptr;
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);
     const dt type = compute_type(a.node.compute);
     const memory::desc data = md_of(x), cdata = with_type(data, type);
-    const std::string key = key_of(x) + std::to_string(int(alg.alg)) + "t" + std::to_string(int(type));
+    const std::string key = key_of(x) + std::to_string(int(alg.alg)) + "b" + std::to_string(alg.beta) + "t" + std::to_string(int(type));
     auto fwd = a.ctx.cache.get<eltwise_forward>(key, [&] {
         return eltwise_forward::primitive_desc({prop_kind::forward_training, alg.alg, cdata, alg.alpha, alg.beta}, a.ctx.engine);
     });
@@ -52,9 +54,15 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
 }
 
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
-    const algorithm alg = a.node.kind == OpKind::Add ? algorithm::binary_add : algorithm::binary_mul;
+    const OpKind kind = a.node.kind;
+    const algorithm alg = kind == OpKind::Add ? algorithm::binary_add : kind == OpKind::Mul ? algorithm::binary_mul
+                        : kind == OpKind::Sub ? algorithm::binary_sub : algorithm::binary_div;
     const dt type = compute_type(a.node.compute);
-    const memory::desc s0 = md_of(a.in_desc(0)), s1 = md_of(a.in_desc(1)), d = md_of(a.out_desc(0));
+    // B broadcast to A: its dims padded with leading 1s to A's rank (oneDNN broadcasts src1's 1-dims)
+    const TensorDesc& b = a.in_desc(1);
+    Shape padded(a.in_desc(0).shape.size() - b.shape.size(), 1);
+    padded.insert(padded.end(), b.shape.begin(), b.shape.end());
+    const memory::desc s0 = md_of(a.in_desc(0)), s1 = md_of(padded, b.layout, dnnl_type(b.dtype)), d = md_of(a.out_desc(0));
     auto e = a.ctx.cache.get<binary>(key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(int(alg)) + "t" + std::to_string(int(type)), [&] {
         return binary::primitive_desc({alg, with_type(s0, type), with_type(s1, type), with_type(d, type)}, a.ctx.engine);
     });

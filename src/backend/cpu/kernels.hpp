@@ -98,6 +98,8 @@ std::unique_ptr<Kernel> make_norm(const KernelArgs& a);
 std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a);
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a);
 std::unique_ptr<Kernel> make_dropout(const KernelArgs& a);
+std::unique_ptr<Kernel> make_sum_to(const KernelArgs& a);
+std::unique_ptr<Kernel> make_expand(const KernelArgs& a);
 std::unique_ptr<Kernel> make_pool(const KernelArgs& a);
 std::unique_ptr<Kernel> make_shape(const KernelArgs& a);
 // Whether a tensor's bytes are in row-major logical order (plain, or nhwc with C == 1 or H * W == 1).

@@ -1,4 +1,5 @@
-// Activations f(x) and their backward dY * f'(X), Add, Mul and Dropout, one element at a time.
+// Activations f(x) (and Sqrt, Pow) and their backward dY * f'(X), Add, Mul, Sub, Div (B broadcast to A),
+// SumTo, Expand and Dropout, one element at a time.
 // Derivatives at the kinks follow PyTorch: relu'(0) = 0, relu6'(x) = 1 only for 0 < x < 6.
 // Dropout's mask is graph/ops.hpp's counter-based hash of (stream, the RunContext's run, storage
 // position), so masks are bit-identical across backends and a resumed run draws the same ones.
@@ -12,8 +13,10 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
-double activation(OpKind k, double x) {
-    switch (k) {
+double activation(const Node& n, double x) {
+    switch (n.kind) {
+        case OpKind::Sqrt: return std::sqrt(x);
+        case OpKind::Pow: return std::pow(x, double(attrs_as<PowAttrs>(n).exponent));
         case OpKind::Relu: return x > 0 ? x : 0.0;
         case OpKind::Relu6: return x < 0 ? 0.0 : (x > 6 ? 6.0 : x);
         case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2));
@@ -24,8 +27,13 @@ double activation(OpKind k, double x) {
 }
 
 // f'(x) of the forward op whose backward is k.
-double derivative(OpKind k, double x) {
-    switch (k) {
+double derivative(const Node& n, double x) {
+    switch (n.kind) {
+        case OpKind::SqrtBackward: return 0.5 / std::sqrt(x);
+        case OpKind::PowBackward: {
+            const double c = attrs_as<PowAttrs>(n).exponent;
+            return c * std::pow(x, c - 1);
+        }
         case OpKind::ReluBackward: return x > 0 ? 1.0 : 0.0;
         case OpKind::Relu6Backward: return x > 0 && x < 6 ? 1.0 : 0.0;
         case OpKind::GeluBackward: return 0.5 * (1.0 + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
@@ -39,6 +47,22 @@ double derivative(OpKind k, double x) {
         }
         default: throw InternalError("not an activation backward");
     }
+}
+
+// The logical index into `from` (a broadcast source of `to`) of the element at logical index i of `to`.
+int64_t source_index(const Shape& from, const Shape& to, int64_t i) {
+    int64_t j = 0, stride = 1;
+    for (size_t k = to.size(); k-- > 0;) {
+        const int64_t c = i % to[k];
+        i /= to[k];
+        const size_t off = to.size() - from.size();
+        if (k >= off) {
+            const int64_t d = from[k - off];
+            if (d != 1) j += c * stride;
+            stride *= d;
+        }
+    }
+    return j;
 }
 
 std::unique_ptr<Kernel> dropout(const Op& op) {
@@ -67,27 +91,44 @@ std::unique_ptr<Kernel> dropout(const Op& op) {
 std::unique_ptr<Kernel> make_eltwise(const Op& op) {
     const OpKind k = op.kind();
     switch (k) {
-        case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh: {
+        case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Sqrt: case OpKind::Pow: {
             const Buf x = op.in[0], y = op.out[0];
+            const Node n = op.node;
             return loop([=](const RunContext&) {
-                for (int64_t i = 0; i < x.numel(); ++i) y.set(i, activation(k, x.get(i)));
+                for (int64_t i = 0; i < x.numel(); ++i) y.set(i, activation(n, x.get(i)));
             });
         }
         case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
-        case OpKind::TanhBackward: {  // (dY, X) -> dX
+        case OpKind::TanhBackward: case OpKind::SqrtBackward: case OpKind::PowBackward: {  // (dY, X) -> dX
             const Buf dy = op.in[0], x = op.in[1], dx = op.out[0];
+            const Node n = op.node;
             return loop([=](const RunContext&) {
-                for (int64_t i = 0; i < x.numel(); ++i) dx.set(i, double(dy.get(i)) * derivative(k, x.get(i)));
+                for (int64_t i = 0; i < x.numel(); ++i) dx.set(i, double(dy.get(i)) * derivative(n, x.get(i)));
             });
         }
-        case OpKind::Add: case OpKind::Mul: {
+        case OpKind::Add: case OpKind::Mul: case OpKind::Sub: case OpKind::Div: {
             const Buf a = op.in[0], b = op.in[1], y = op.out[0];
-            const bool add = k == OpKind::Add;
             return loop([=](const RunContext&) {
                 for (int64_t i = 0; i < y.numel(); ++i) {
-                    const double u = a.get(i), v = b.get(i);
-                    y.set(i, add ? u + v : u * v);
+                    const double u = a.get(i), v = b.get(source_index(b.desc.shape, y.desc.shape, i));
+                    y.set(i, k == OpKind::Add ? u + v : k == OpKind::Mul ? u * v : k == OpKind::Sub ? u - v : u / v);
                 }
+            });
+        }
+        case OpKind::SumTo: {
+            const Buf x = op.in[0], y = op.out[0];
+            const double scale = op.attrs<BroadcastAttrs>().scale;
+            return loop([=](const RunContext&) {
+                std::vector<double> sum(size_t(y.numel()), 0.0);
+                for (int64_t i = 0; i < x.numel(); ++i) sum[size_t(source_index(y.desc.shape, x.desc.shape, i))] += x.get(i);
+                for (int64_t j = 0; j < y.numel(); ++j) y.set(j, scale * sum[size_t(j)]);
+            });
+        }
+        case OpKind::Expand: {
+            const Buf x = op.in[0], y = op.out[0];
+            const double scale = op.attrs<BroadcastAttrs>().scale;
+            return loop([=](const RunContext&) {
+                for (int64_t i = 0; i < y.numel(); ++i) y.set(i, scale * x.get(source_index(x.desc.shape, y.desc.shape, i)));
             });
         }
         case OpKind::Dropout: return dropout(op);

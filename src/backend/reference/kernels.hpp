@@ -74,7 +74,7 @@ bool storage_supported(DType t);
 std::unique_ptr<Kernel> make_conv(const Op& op);     // Conv2d, ConvBackwardData, ConvBackwardWeights
 std::unique_ptr<Kernel> make_linear(const Op& op);   // Linear, LinearBackwardData, LinearBackwardWeights, MatMul
 std::unique_ptr<Kernel> make_norm(const Op& op);     // BatchNorm2d, LayerNorm and their backward
-std::unique_ptr<Kernel> make_eltwise(const Op& op);  // activations and their backward, Add, Mul, Dropout
+std::unique_ptr<Kernel> make_eltwise(const Op& op);  // activations, Sqrt, Pow and their backward, Add, Mul, Sub, Div, SumTo, Expand, Dropout
 std::unique_ptr<Kernel> make_pool(const Op& op);     // max / average / global-average pooling and backward
 std::unique_ptr<Kernel> make_shape(const Op& op);    // Concat, Slice, SliceBackward, Reshape, Transpose
 std::unique_ptr<Kernel> make_loss(const Op& op);     // Softmax(+Backward), Embedding(+Backward), SoftmaxCrossEntropy(+Backward)

@@ -40,8 +40,13 @@ JOULE_DECLARE_RULES(Eltwise)  // Relu, Relu6, Gelu, Sigmoid, Tanh
 JOULE_DECLARE_RULES(MaxPool2d)
 JOULE_DECLARE_RULES(AvgPool2d)
 JOULE_DECLARE_RULES(GlobalAvgPool)
-JOULE_DECLARE_RULES(Add)
-JOULE_DECLARE_RULES(Mul)
+JOULE_DECLARE_SHAPE_FLOPS(Binary)  // Add, Mul, Sub, Div: B broadcast to A
+void grad_Add(GradBuilder&, const Node&);
+void grad_Mul(GradBuilder&, const Node&);
+void grad_Sub(GradBuilder&, const Node&);
+void grad_Div(GradBuilder&, const Node&);
+JOULE_DECLARE_RULES(SumTo)
+JOULE_DECLARE_RULES(Expand)
 JOULE_DECLARE_RULES(Concat)
 JOULE_DECLARE_RULES(Slice)
 JOULE_DECLARE_RULES(Reshape)
