@@ -100,7 +100,7 @@ class Encoder(nn.Module):
 class Broadcasting(nn.Module):
     """Element-wise arithmetic joule imports op for op: a squeeze-and-excitation gate (ReduceMean over H and W,
     a broadcast Mul), a learned position table added across the batch, a mean subtracted, an RMS
-    normalisation (Pow, ReduceMean, Add of a constant, Sqrt, Div, a broadcast weight), ReduceSum and Neg."""
+    normalisation (Pow, ReduceMean, Add of a constant, Sqrt, Div, a broadcast weight), a clamp, ReduceSum and Neg."""
 
     def __init__(self):
         super().__init__()
@@ -116,7 +116,7 @@ class Broadcasting(nn.Module):
         y = y * torch.sigmoid(self.se2(F.relu(self.se1(y.mean((2, 3), keepdim=True)))))
         t = y.flatten(2).transpose(1, 2) + self.pos
         t = t - t.mean(-1, keepdim=True)
-        t = t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
+        t = torch.clamp(t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale, -1.5, 1.5)
         return self.fc(-t.sum(1))
 
 

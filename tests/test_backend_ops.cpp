@@ -267,6 +267,14 @@ std::vector<Case> make_cases() {
                       }});
     }
     cs.push_back(unary("Pow_square", K::Pow, PowAttrs{2.0f}, plain({3, 7})));
+    for (const TensorDesc& x : {nhwc({2, 3, 4, 5}), plain({3, 7})}) {  // clamps away from the edges (where conventions differ)
+        const std::string tag = x.layout == Layout::ChannelsLast ? "nhwc" : "plain";
+        const Fill fill{-2, 2, 0, {-0.5, 1.25}};
+        cs.push_back(unary("Clip_" + tag, K::Clip, ClipAttrs{-0.5f, 1.25f}, x, fill));
+        cs.push_back({"ClipBackward_" + tag, [=](Graph& g, Fills& f) {
+                          backward(g, K::ClipBackward, ClipAttrs{-0.5f, 1.25f}, {input(g, f, "dy", x), input(g, f, "x", x, fill)});
+                      }});
+    }
     // sums to a broadcast source's shape and broadcasts (ReduceMean / ReduceSum, ONNX Expand, gradients of broadcasts)
     cs.push_back(unary("SumTo_mean_last_axis", K::SumTo, BroadcastAttrs{{2, 3, 1}, 1.0f / 7}, plain({2, 3, 7})));
     cs.push_back(unary("SumTo_nhwc_to_channels", K::SumTo, BroadcastAttrs{{3, 1, 1}, -1.0f}, nhwc({2, 3, 4, 5})));

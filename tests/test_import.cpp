@@ -19,9 +19,21 @@
 namespace joule {
 namespace {
 
+std::string export_dir() { return ::testing::TempDir() + "joule_onnx_" + std::to_string(getpid()); }
+// The exports (a ResNet-18 is 47 MB) and the other files the tests write go when the process ends.
+struct RemoveExports : ::testing::Environment {
+    void TearDown() override {
+        std::error_code ec;
+        for (const std::string& d : {export_dir(), ::testing::TempDir() + "joule_onnx_ext_" + std::to_string(getpid()),
+                                     ::testing::TempDir() + "joule_onnx_loss_" + std::to_string(getpid())})
+            std::filesystem::remove_all(d, ec);
+    }
+};
+[[maybe_unused]] const ::testing::Environment* const remove_exports = ::testing::AddGlobalTestEnvironment(new RemoveExports);
+
 // The models the PyTorch script wrote (each generated once per test process, on first use).
 std::string exported(const std::string& name) {
-    const std::string dir = ::testing::TempDir() + "joule_onnx_" + std::to_string(getpid());
+    const std::string dir = export_dir();
     const std::string path = dir + "/" + name + ".onnx";
     if (!std::filesystem::exists(path)) {
         const std::string cmd = "/usr/bin/python3 " JOULE_TESTS_DIR "/pytorch_onnx_models.py " + dir + " " + name + " 2>/dev/null";
@@ -245,6 +257,51 @@ TEST(OnnxImport, MangledNodesAreErrorsNotCrashes) {
     EXPECT_GT(imported, 10);  // some mangles are harmless (an attribute at its default), and import
 }
 
+// Gemm with transA (A given as [features, batch]): Y = A^T W^T + b, checked element by element.
+TEST(OnnxImport, GemmTransposesA) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    auto* x = g->add_input();
+    x->set_name("x");
+    x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {3, 2}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+    auto init = [&](const char* name, Shape dims, std::vector<float> v) {
+        auto* t = g->add_initializer();
+        t->set_name(name), t->set_data_type(onnx::TensorProto::FLOAT);
+        for (int64_t d : dims) t->add_dims(d);
+        for (float f : v) t->add_float_data(f);
+    };
+    init("w", {4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    init("b", {4}, {0.5f, -0.5f, 1, -1});
+    auto* n = g->add_node();
+    n->set_op_type("Gemm"), n->set_name("fc");
+    for (const char* s : {"x", "w", "b"}) n->add_input(s);
+    n->add_output("y");
+    for (const char* a : {"transA", "transB"}) {
+        auto* at = n->add_attribute();
+        at->set_name(a), at->set_type(onnx::AttributeProto::INT), at->set_i(1);
+    }
+    g->add_output()->set_name("y");
+    zoo::Model model = import_onnx_bytes(m.SerializeAsString(), "gemm.onnx");
+    ASSERT_EQ(model.graph.tensor(model.logits).desc.shape, (Shape{2, 4}));
+    TrainGraph tg = build_train_graph(std::move(model.graph), model.loss, OptimizerConfig::sgd(0.1f, 0.0f));
+    cpu::CpuBackend cpu(1);
+    Executor ex(tg.graph, cpu, {{model.logits, tg.loss}, 7});
+    const float a[6] = {1, -1, 2, 0.5f, -3, 4};  // A [3, 2]
+    std::copy(a, a + 6, ex.f32(model.input));
+    ex.run_forward({});
+    const std::vector<float> y = ex.read_f32(model.logits);
+    const float w[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, b[4] = {0.5f, -0.5f, 1, -1};
+    for (int r = 0; r < 2; ++r)
+        for (int c = 0; c < 4; ++c) {
+            float want = b[c];
+            for (int k = 0; k < 3; ++k) want += a[k * 2 + r] * w[c * 3 + k];
+            EXPECT_FLOAT_EQ(y[size_t(r * 4 + c)], want) << r << "," << c;
+        }
+}
+
 TEST(OnnxImport, ModelsWithTheirOwnLossKeepIt) {
     // the encoder with nn.CrossEntropyLoss exported inside it: labels are the loss's input
     const std::string dir = ::testing::TempDir() + "joule_onnx_loss_" + std::to_string(getpid());
@@ -285,7 +342,7 @@ TEST_P(OnnxExport, ImportOfTheExportGivesTheSameOutputs) {
     feed(ex, m, r);
     StepRunner runner(ex, tg, opt, {});
     for (int k = 0; k < 3; ++k) runner.step([](int64_t) {});
-    const std::string path = ::testing::TempDir() + "joule_export_" + std::to_string(getpid()) + "_" + name + ".onnx";
+    const std::string path = export_dir() + "/export_" + name + ".onnx";
     export_onnx(tg.graph, m.input, m.logits, [&](TensorId t) { return ex.read_f32(t); }, path);
 
     zoo::Model back = import_onnx(path);
@@ -312,7 +369,7 @@ TEST(OnnxImport, TrainAndInspectTakeAModelFile) {
     const nlohmann::json j = nlohmann::json::parse(t.out);
     EXPECT_EQ(j["net"], "residual_cnn");
     EXPECT_EQ(j["batch"], 8);
-    const std::string saved = ::testing::TempDir() + "joule_saved_" + std::to_string(getpid()) + ".onnx";
+    const std::string saved = export_dir() + "/saved.onnx";
     const test::CommandResult e =
         test::run_command(std::string(JOULE_BINARY) + " train --model " + enc + " --dataset synthetic --steps 2 --quiet --save " + saved + " 2>&1");
     EXPECT_EQ(e.code, 0) << e.out;  // the file's fixed batch (4)
@@ -334,7 +391,7 @@ TEST(OnnxImport, TrainAndInspectTakeAModelFile) {
     EXPECT_NE(both.out.find("excludes"), std::string::npos) << both.out;
     const test::CommandResult none = test::run_command(std::string(JOULE_BINARY) + " inspect 2>&1");
     EXPECT_NE(none.out.find("a net is required"), std::string::npos) << none.out;
-    const std::string db = ::testing::TempDir() + "joule_onnx_profile_" + std::to_string(getpid()) + ".db";
+    const std::string db = export_dir() + "/profile.db";
     const test::CommandResult p = test::run_command(std::string(JOULE_BINARY) + " profile --model " + cnn + " --batch 4 --iters 1 --warmup 1 --meter modelled --device-spec cpu-amd-epyc-turin-2vcpu --db " + db + " 2>&1");
     EXPECT_EQ(p.code, 0) << p.out;
     const test::CommandResult pr = test::run_command(std::string(JOULE_BINARY) + " profile --report --db " + db + " --device v100 2>&1");

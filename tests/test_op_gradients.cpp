@@ -96,6 +96,7 @@ std::vector<GradCase> cases() {
         {"Div", [](Graph& g) { return g.add1(OpKind::Div, NoAttrs{}, {param(g, "a", {3, 4}), param(g, "b", {3, 4})}, "div"); }, positive("b")},
         {"Div broadcast", [](Graph& g) { return g.add1(OpKind::Div, NoAttrs{}, {param(g, "a", {2, 3, 4}), param(g, "b", {4})}, "div"); }, positive("b")},
         {"Sqrt", [](Graph& g) { return g.add1(OpKind::Sqrt, NoAttrs{}, {param(g, "x", {2, 3, 4, 5}, Layout::ChannelsLast)}, "op"); }, positive("x")},
+        {"Clip", [](Graph& g) { return g.add1(OpKind::Clip, ClipAttrs{-0.5f, 0.75f}, {param(g, "x", {2, 3, 4, 5}, Layout::ChannelsLast)}, "op"); }},
         {"Pow 2", [](Graph& g) { return g.add1(OpKind::Pow, PowAttrs{2.0f}, {param(g, "x", {3, 7})}, "op"); }},
         {"Pow 1.5", [](Graph& g) { return g.add1(OpKind::Pow, PowAttrs{1.5f}, {param(g, "x", {3, 7})}, "op"); }, positive("x")},
         {"SumTo mean of the last axis", [](Graph& g) {

@@ -30,13 +30,13 @@ enum class OpKind : uint16_t {
     Conv2d, Linear, MatMul, BatchNorm2d, LayerNorm,
     Relu, Relu6, Gelu, Sigmoid, Tanh,
     MaxPool2d, AvgPool2d, GlobalAvgPool,
-    Add, Mul, Sub, Div, Sqrt, Pow, SumTo, Expand,
+    Add, Mul, Sub, Div, Sqrt, Pow, Clip, SumTo, Expand,
     Concat, Slice, Reshape, Transpose, Dropout, Softmax, Embedding,
     SoftmaxCrossEntropy,
     // backward
     ConvBackwardData, ConvBackwardWeights, LinearBackwardData, LinearBackwardWeights,
     BatchNormBackward, LayerNormBackward,
-    ReluBackward, Relu6Backward, GeluBackward, SigmoidBackward, TanhBackward, SqrtBackward, PowBackward,
+    ReluBackward, Relu6Backward, GeluBackward, SigmoidBackward, TanhBackward, SqrtBackward, PowBackward, ClipBackward,
     MaxPool2dBackward, AvgPool2dBackward, GlobalAvgPoolBackward,
     SliceBackward, SoftmaxBackward, EmbeddingBackward, SoftmaxCrossEntropyBackward,
     // optimizer updates (write their parameter and state inputs in place)
@@ -104,6 +104,11 @@ struct DropoutAttrs {
 struct PowAttrs {
     float exponent = 2.0f;
 };
+// Clip(X) = min(max(X, lo), hi); gradient ClipBackward(dY, X) = dY where lo < X < hi, else 0 (PyTorch's
+// hardtanh; ReLU6 is Clip(0, 6), kept as its own op for the zoo's nets).
+struct ClipAttrs {
+    float lo = 0.0f, hi = 6.0f;
+};
 // SumTo(X) = scale * X summed over the axes where `shape` is 1 and X is not, and over the leading axes
 // `shape` lacks: X's numpy-broadcast source (ReduceSum / ReduceMean with kept dims, and the gradient of a
 // broadcast operand). Expand(X) = scale * X broadcast to `shape`. Each is the other's gradient.
@@ -155,7 +160,7 @@ std::vector<int64_t> bucket_offsets(const std::vector<Shape>& shapes);
 
 using Attrs = std::variant<NoAttrs, ConvAttrs, PoolAttrs, LinearAttrs, MatMulAttrs, NormAttrs, AxisAttrs, SliceAttrs,
                            ReshapeAttrs, TransposeAttrs, DropoutAttrs, SgdAttrs, AdamAttrs, CastAttrs, TransferAttrs, AllReduceAttrs,
-                           PowAttrs, BroadcastAttrs>;
+                           PowAttrs, ClipAttrs, BroadcastAttrs>;
 
 struct Node;
 class GradBuilder;

@@ -213,6 +213,11 @@ private:
             case OpKind::Sigmoid: emit("Sigmoid", nm, in, {y}); return;
             case OpKind::Tanh: emit("Tanh", nm, in, {y}); return;
             case OpKind::Relu6: emit("Clip", nm, {in[0], float_constant(nm + ".min", 0.0f), float_constant(nm + ".max", 6.0f)}, {y}); return;
+            case OpKind::Clip: {
+                const auto& a = attrs_as<ClipAttrs>(n);
+                emit("Clip", nm, {in[0], float_constant(nm + ".min", a.lo), float_constant(nm + ".max", a.hi)}, {y});
+                return;
+            }
             case OpKind::Gelu: {  // ONNX has no Gelu before opset 20: x * 0.5 * (1 + erf(x / sqrt 2)), as PyTorch writes it
                 const std::string d = unique(nm + ".div"), e = unique(nm + ".erf"), p = unique(nm + ".add"), m = unique(nm + ".mul");
                 emit("Div", nm, {in[0], float_constant(nm + ".sqrt2", float(std::sqrt(2.0)))}, {d});

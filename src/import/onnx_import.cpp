@@ -780,10 +780,11 @@ private:
                 if (n.input_size() > 1 && !n.input(1).empty()) lo = constant(i, n.input(1)).v.at(0);
                 if (n.input_size() > 2 && !n.input(2).empty()) hi = constant(i, n.input(2)).v.at(0);
             }
+            if (opset_ < 11) lo = attr_f(i, "min", -3.4028234e38f), hi = attr_f(i, "max", 3.4028234e38f);
             if (lo && *lo == 0 && hi && *hi == 6) return out(add(i, OpKind::Relu6, NoAttrs{}, {tensor(i, in(0))}));
-            if (lo && *lo == 0 && !hi) return out(add(i, OpKind::Relu, NoAttrs{}, {tensor(i, in(0))}));
-            fail(i, "joule clips to [0, 6] (ReLU6) or [0, inf) (ReLU) only, this clips to [" + (lo ? std::to_string(*lo) : "-inf") + ", " +
-                        (hi ? std::to_string(*hi) : "inf") + "]");
+            if (lo && *lo == 0 && (!hi || *hi >= 3.4e38)) return out(add(i, OpKind::Relu, NoAttrs{}, {tensor(i, in(0))}));
+            if (lo && hi && *lo > *hi) fail(i, "clips to an empty range [" + std::to_string(*lo) + ", " + std::to_string(*hi) + "]");
+            return out(add(i, OpKind::Clip, ClipAttrs{lo ? float(*lo) : -3.4028234e38f, hi ? float(*hi) : 3.4028234e38f}, {tensor(i, in(0))}));
         }
         if (t == "MaxPool" || t == "AveragePool") return out(pool(i));
         if (t == "GlobalAveragePool") return out(add(i, OpKind::GlobalAvgPool, NoAttrs{}, {tensor(i, in(0))}));
@@ -1065,10 +1066,13 @@ private:
     void linear(int i, const Linear& l) {
         const NodeProto& n = g_.node(i);
         if (n.op_type() == "Gemm") {
-            if (attr_i(i, "transA", 0) != 0) fail(i, "transA=1 (joule's linear layer takes [batch, features])");
             if (attr_f(i, "alpha", 1.0f) != 1.0f || (!l.bias.empty() && attr_f(i, "beta", 1.0f) != 1.0f)) fail(i, "alpha or beta other than 1");
         }
-        const TensorId x = plain(tensor(i, n.input(0)), joule_name(i));
+        TensorId x = plain(tensor(i, n.input(0)), joule_name(i));
+        if (n.op_type() == "Gemm" && attr_i(i, "transA", 0) != 0) {  // A^T: the linear layer takes [batch, features]
+            if (graph_.tensor(x).desc.rank() != 2) fail(i, "Gemm's A must be 2-D");
+            x = graph_.add1(OpKind::Transpose, TransposeAttrs{{1, 0}}, {x}, joule_name(i) + ".transpose_a");
+        }
         std::vector<TensorId> ins = {x, weight(i, l.weight, TensorRole::Parameter, l.weight_transposed)};
         if (!l.bias.empty()) {
             const onnx::TensorProto& b = initializer(i, l.bias);

@@ -44,7 +44,7 @@ AmpColour tf_amp_list(OpKind k) {
             return AmpColour::Infer;
         // Relu / ReluGrad, Relu6 / Relu6Grad, MaxPool / MaxPoolGrad, ConcatV2, Slice, Pad, Reshape,
         // Transpose, GatherV2, BroadcastTo
-        case OpKind::Expand:
+        case OpKind::Expand: case OpKind::Clip: case OpKind::ClipBackward:
         case OpKind::Relu: case OpKind::ReluBackward: case OpKind::Relu6: case OpKind::Relu6Backward:
         case OpKind::MaxPool2d: case OpKind::MaxPool2dBackward: case OpKind::Concat: case OpKind::Slice: case OpKind::SliceBackward:
         case OpKind::Reshape: case OpKind::Transpose: case OpKind::Embedding:

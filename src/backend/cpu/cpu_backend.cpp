@@ -143,6 +143,7 @@ std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std
             case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh:
             case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
             case OpKind::TanhBackward: case OpKind::Sqrt: case OpKind::Pow: case OpKind::SqrtBackward: case OpKind::PowBackward:
+            case OpKind::Clip: case OpKind::ClipBackward:
                 return make_eltwise(a);
             case OpKind::Add: case OpKind::Mul: case OpKind::Sub: case OpKind::Div: return make_binary(a);
             case OpKind::SumTo: return make_sum_to(a);

@@ -21,6 +21,7 @@ EltwiseAlg eltwise_alg(const Node& n) {
     switch (n.kind) {
         case OpKind::Sqrt: case OpKind::SqrtBackward: return {algorithm::eltwise_sqrt, 0.f, 0.f};
         case OpKind::Pow: case OpKind::PowBackward: return {algorithm::eltwise_pow, 1.f, attrs_as<PowAttrs>(n).exponent};
+        case OpKind::Clip: case OpKind::ClipBackward: return {algorithm::eltwise_clip_v2, attrs_as<ClipAttrs>(n).lo, attrs_as<ClipAttrs>(n).hi};
         case OpKind::Relu: case OpKind::ReluBackward: return {algorithm::eltwise_relu, 0.f, 0.f};
         case OpKind::Relu6: case OpKind::Relu6Backward: return {algorithm::eltwise_clip_v2, 0.f, 6.f};  // v2: zero gradient at both ends, as PyTorch
         case OpKind::Gelu: case OpKind::GeluBackward: return {algorithm::eltwise_gelu_erf, 0.f, 0.f};
@@ -37,7 +38,7 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);
     const dt type = compute_type(a.node.compute);
     const memory::desc data = md_of(x), cdata = with_type(data, type);
-    const std::string key = key_of(x) + std::to_string(int(alg.alg)) + "b" + std::to_string(alg.beta) + "t" + std::to_string(int(type));
+    const std::string key = key_of(x) + std::to_string(int(alg.alg)) + "a" + std::to_string(alg.alpha) + "b" + std::to_string(alg.beta) + "t" + std::to_string(int(type));
     auto fwd = a.ctx.cache.get<eltwise_forward>(key, [&] {
         return eltwise_forward::primitive_desc({prop_kind::forward_training, alg.alg, cdata, alg.alpha, alg.beta}, a.ctx.engine);
     });

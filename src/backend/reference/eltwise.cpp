@@ -17,6 +17,7 @@ double activation(const Node& n, double x) {
     switch (n.kind) {
         case OpKind::Sqrt: return std::sqrt(x);
         case OpKind::Pow: return std::pow(x, double(attrs_as<PowAttrs>(n).exponent));
+        case OpKind::Clip: return std::min(std::max(x, double(attrs_as<ClipAttrs>(n).lo)), double(attrs_as<ClipAttrs>(n).hi));
         case OpKind::Relu: return x > 0 ? x : 0.0;
         case OpKind::Relu6: return x < 0 ? 0.0 : (x > 6 ? 6.0 : x);
         case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2));
@@ -30,6 +31,7 @@ double activation(const Node& n, double x) {
 double derivative(const Node& n, double x) {
     switch (n.kind) {
         case OpKind::SqrtBackward: return 0.5 / std::sqrt(x);
+        case OpKind::ClipBackward: return x > attrs_as<ClipAttrs>(n).lo && x < attrs_as<ClipAttrs>(n).hi ? 1.0 : 0.0;
         case OpKind::PowBackward: {
             const double c = attrs_as<PowAttrs>(n).exponent;
             return c * std::pow(x, c - 1);
@@ -91,7 +93,7 @@ std::unique_ptr<Kernel> dropout(const Op& op) {
 std::unique_ptr<Kernel> make_eltwise(const Op& op) {
     const OpKind k = op.kind();
     switch (k) {
-        case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Sqrt: case OpKind::Pow: {
+        case OpKind::Relu: case OpKind::Relu6: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clip: {
             const Buf x = op.in[0], y = op.out[0];
             const Node n = op.node;
             return loop([=](const RunContext&) {
@@ -99,7 +101,7 @@ std::unique_ptr<Kernel> make_eltwise(const Op& op) {
             });
         }
         case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
-        case OpKind::TanhBackward: case OpKind::SqrtBackward: case OpKind::PowBackward: {  // (dY, X) -> dX
+        case OpKind::TanhBackward: case OpKind::SqrtBackward: case OpKind::PowBackward: case OpKind::ClipBackward: {  // (dY, X) -> dX
             const Buf dy = op.in[0], x = op.in[1], dx = op.out[0];
             const Node n = op.node;
             return loop([=](const RunContext&) {

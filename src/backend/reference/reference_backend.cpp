@@ -132,6 +132,7 @@ std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, con
         case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
         case OpKind::TanhBackward: case OpKind::Add: case OpKind::Mul: case OpKind::Dropout: case OpKind::Sub: case OpKind::Div:
         case OpKind::Sqrt: case OpKind::Pow: case OpKind::SqrtBackward: case OpKind::PowBackward: case OpKind::SumTo: case OpKind::Expand:
+        case OpKind::Clip: case OpKind::ClipBackward:
             return make_eltwise(op);
         case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::GlobalAvgPool: case OpKind::MaxPool2dBackward:
         case OpKind::AvgPool2dBackward: case OpKind::GlobalAvgPoolBackward:

@@ -1,6 +1,6 @@
 // Elementwise ops.
 //   Relu(x) = max(x, 0)      Relu6(x) = min(max(x, 0), 6)      Gelu(x) = x Phi(x) (erf form)
-//   Sigmoid(x) = 1 / (1 + e^-x)   Tanh(x)   Sqrt(x)   Pow(x) = x^c (PowAttrs)
+//   Sigmoid(x) = 1 / (1 + e^-x)   Tanh(x)   Sqrt(x)   Pow(x) = x^c (PowAttrs)   Clip(x) = min(max(x, lo), hi)
 //   Backward: dX = <Op>Backward(dY, X) = dY * f'(X).
 // Binary ops: B broadcasts to A (numpy rules), Y has A's shape; a broadcast B's gradient is summed back
 // to B's shape (SumTo).
@@ -22,6 +22,7 @@ OpKind backward_of(OpKind k) {
         case OpKind::Tanh: return OpKind::TanhBackward;
         case OpKind::Sqrt: return OpKind::SqrtBackward;
         case OpKind::Pow: return OpKind::PowBackward;
+        case OpKind::Clip: return OpKind::ClipBackward;
         default: throw InternalError("not an eltwise op");
     }
 }
