@@ -237,10 +237,15 @@ private:
         if (it == values_.end() || !it->second.c) fail(i, "input '" + name + "' must be a constant known at import (joule fixes every shape)");
         return *it->second.c;
     }
+    // A constant's value as an integer (a size, an axis, an index): Error when it is not one.
+    int64_t as_int(int i, double v) const {
+        if (!std::isfinite(v) || std::abs(v) > 9007199254740992.0 || v != std::trunc(v)) fail(i, "value " + std::to_string(v) + " where an integer is needed");
+        return int64_t(v);
+    }
     std::vector<int64_t> ints(int i, const std::string& name) {
         const Const& c = constant(i, name);
         std::vector<int64_t> r;
-        for (double v : c.v) r.push_back(int64_t(v));
+        for (double v : c.v) r.push_back(as_int(i, v));
         return r;
     }
     // A parameter (or running statistic) from an initializer, created once per initializer.
@@ -260,7 +265,10 @@ private:
             std::swap(s[0], s[1]);
         }
         if (s.empty()) fail(i, "weight '" + name + "' is a scalar");
-        const TensorId id = role == TensorRole::State ? graph_.state(name, {s}, Init::data(std::move(v))) : graph_.parameter(name, {s}, Init::data(std::move(v)));
+        // an initializer read both ways (tied weights in two layouts) is two parameters, the second renamed
+        const std::string tensor_name = weights_.count(name + (transpose ? "" : "#T")) ? name + (transpose ? ".transposed" : ".untransposed") : name;
+        const TensorId id = role == TensorRole::State ? graph_.state(tensor_name, {s}, Init::data(std::move(v)))
+                                                      : graph_.parameter(tensor_name, {s}, Init::data(std::move(v)));
         weights_[key] = id;
         return id;
     }
@@ -487,7 +495,7 @@ private:
         const std::optional<Const> pads = static_const(in_name(p, 1));
         if (!pads || pads->numel() != 8) return;
         const std::vector<double>& v = pads->v;
-        if (v[0] || v[1] || v[4] || v[5] || v[2] != v[6] || v[3] != v[7] || v[2] < 0 || v[3] < 0) return;
+        if (v[0] || v[1] || v[4] || v[5] || v[2] != v[6] || v[3] != v[7] || v[2] < 0 || v[3] < 0 || v[2] > 1e6 || v[3] > 1e6) return;
         const int c = only_consumer(out_name(p, 0));
         if (!(op_is(c, "Conv") || (op_is(c, "AveragePool") && (attr_i(c, "count_include_pad", 0) == 1 || (!v[2] && !v[3])))) || in_name(c, 0) != out_name(p, 0)) return;
         absorbed_.insert(p);
@@ -656,8 +664,8 @@ private:
             r.dims.insert(r.dims.end(), data.dims.begin() + axis + 1, data.dims.end());
             for (int64_t o = 0; o < outer; ++o)
                 for (double q : idx.v) {
-                    int64_t k = int64_t(q) < 0 ? int64_t(q) + dim : int64_t(q);
-                    if (k < 0 || k >= dim) fail(i, "index " + std::to_string(int64_t(q)) + " is out of range for a dimension of " + std::to_string(dim));
+                    const int64_t k = as_int(i, q) < 0 ? as_int(i, q) + dim : as_int(i, q);
+                    if (k < 0 || k >= dim) fail(i, "index " + std::to_string(as_int(i, q)) + " is out of range for a dimension of " + std::to_string(dim));
                     for (int64_t j = 0; j < inner; ++j) r.v.push_back(data.v[size_t((o * dim + k) * inner + j)]);
                 }
         } else if (t == "Concat") {
@@ -838,7 +846,7 @@ private:
             if (!is_const(in(1)) || constant(i, in(1)).numel() != 1 || axis < 0 || axis >= r)
                 fail(i, "joule gathers a computed tensor at one constant index only (and rows of a weight: an embedding)");
             const Const& c = constant(i, in(1));
-            const int64_t k = int64_t(c.v[0]) < 0 ? int64_t(c.v[0]) + s[size_t(axis)] : int64_t(c.v[0]);
+            const int64_t k = as_int(i, c.v[0]) < 0 ? as_int(i, c.v[0]) + s[size_t(axis)] : as_int(i, c.v[0]);
             TensorId y = add(i, OpKind::Slice, SliceAttrs{axis, k, 1}, {x});
             if (c.dims.empty()) {  // a scalar index drops the axis
                 Shape out = s;
@@ -853,7 +861,10 @@ private:
             if (is_const(in(1))) {
                 const Const& c = constant(i, in(1));
                 std::vector<int32_t> v;
-                for (double q : c.v) v.push_back(int32_t(q));
+                for (double q : c.v) {
+                    if (as_int(i, q) < 0 || as_int(i, q) >= graph_.tensor(weight(i, in(0), TensorRole::Parameter)).desc.shape.at(0)) fail(i, "index " + std::to_string(q) + " is outside the table");
+                    v.push_back(int32_t(q));
+                }
                 if (c.dims.empty()) fail(i, "a scalar index");
                 ids = graph_.constant(joule_name(i) + ".ids", {c.dims, DType::I32}, Init::data(std::move(v)));
             } else {
