@@ -307,11 +307,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
                                            .shard = rank});
     r.accumulate = k;
 
-    // checkpoints: what the run is, and, resuming, where it stood
     if (!o.save_onnx.empty()) {  // a path that cannot be written fails before training, not after it
         const std::filesystem::path dir = std::filesystem::path(o.save_onnx).parent_path();
         if (!dir.empty() && !std::filesystem::is_directory(dir)) throw Error("--save " + o.save_onnx + ": directory " + dir.string() + " does not exist");
     }
+    // checkpoints: what the run is, and, resuming, where it stood
     if (o.checkpoint_every < 0) throw Error("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
     const bool writes_checkpoints = !o.checkpoint_dir.empty() && rank == 0;  // the job's files are rank 0's
     if (writes_checkpoints) prepare_checkpoint_dir(o.checkpoint_dir);
