@@ -91,6 +91,24 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
     return true;
 }
 
+Shape padded_to_rank(const Shape& s, size_t rank) {
+    Shape p(rank - s.size(), 1);
+    p.insert(p.end(), s.begin(), s.end());
+    return p;
+}
+
+int64_t broadcast_source_index(const Shape& from, const Shape& to, int64_t i) {
+    int64_t j = 0, stride = 1;
+    const size_t off = to.size() - from.size();
+    for (size_t k = to.size(); k-- > off;) {
+        const int64_t c = i % to[k], d = from[k - off];
+        i /= to[k];
+        if (d != 1) j += c * stride;
+        stride *= d;
+    }
+    return j;
+}
+
 uint64_t dropout_stream(const Node& n) {
     uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the name
     for (unsigned char c : n.name) h = (h ^ c) * 0x100000001b3ULL;

@@ -119,6 +119,10 @@ struct BroadcastAttrs {
 };
 // Whether a tensor of shape `from` broadcasts to `to` (numpy rules, aligned at the last axis).
 bool broadcasts_to(const Shape& from, const Shape& to);
+// `s` with leading 1s up to `rank`: a broadcast source seen at its target's rank.
+Shape padded_to_rank(const Shape& s, size_t rank);
+// The row-major index into `from` (a broadcast source of `to`) of the element at row-major index i of `to`.
+int64_t broadcast_source_index(const Shape& from, const Shape& to, int64_t i);
 
 struct SgdAttrs {
     float lr = 0.01f;

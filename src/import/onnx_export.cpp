@@ -121,8 +121,7 @@ private:
     void sum_to(const Node& n, const std::string& x, const std::string& y) {
         const auto& a = attrs_as<BroadcastAttrs>(n);
         const Shape& in = g_.tensor(n.inputs[0]).desc.shape;
-        Shape kept(in.size() - a.shape.size(), 1);
-        kept.insert(kept.end(), a.shape.begin(), a.shape.end());
+        const Shape kept = padded_to_rank(a.shape, in.size());
         std::vector<int64_t> axes;
         double count = 1;
         for (size_t k = 0; k < in.size(); ++k)

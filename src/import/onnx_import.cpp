@@ -38,21 +38,6 @@ Shape broadcast_dims(const Shape& a, const Shape& b, const std::string& where) {
     }
     return r;
 }
-// Index into a constant of dims `d` for the element at flat index `i` of a broadcast result of dims `r`.
-int64_t broadcast_index(const Shape& d, const Shape& r, int64_t i) {
-    int64_t idx = 0, stride = 1;
-    for (size_t k = r.size(); k-- > 0;) {
-        const int64_t coord = i % r[k];
-        i /= r[k];
-        const size_t dk = k + d.size();
-        if (dk >= r.size()) {
-            const int64_t dim = d[dk - r.size()];
-            if (dim != 1) idx += coord * stride;
-            stride *= dim;
-        }
-    }
-    return idx;
-}
 int64_t numel_of(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>()); }
 
 class Importer {
@@ -718,7 +703,7 @@ private:
             r.dims = dims;
             r.floating = t == "Equal" ? false : a.floating || b.floating;
             for (int64_t k = 0; k < numel_of(dims); ++k) {
-                const double x = a.v[size_t(broadcast_index(a.dims, dims, k))], y = b.v[size_t(broadcast_index(b.dims, dims, k))];
+                const double x = a.v[size_t(broadcast_source_index(a.dims, dims, k))], y = b.v[size_t(broadcast_source_index(b.dims, dims, k))];
                 double v = 0;
                 if (t == "Add") v = x + y;
                 else if (t == "Sub") v = x - y;
@@ -731,7 +716,7 @@ private:
                 else if (t == "Max") v = std::max(x, y);
                 else if (t == "Min") v = std::min(x, y);
                 else if (t == "Expand") v = x;
-                else v = need(0).v[size_t(broadcast_index(need(0).dims, dims, k))] != 0 ? x : y;  // Where
+                else v = need(0).v[size_t(broadcast_source_index(need(0).dims, dims, k))] != 0 ? x : y;  // Where
                 r.v.push_back(v);
             }
         } else if (t == "Neg" || t == "Sqrt") {

@@ -10,23 +10,8 @@ namespace joule::cpu {
 namespace {
 using namespace dnnl;
 
-// `s` with leading 1s up to `rank` (a broadcast source seen at its target's rank).
-Shape padded_to(const Shape& s, size_t rank) {
-    Shape p(rank - s.size(), 1);
-    p.insert(p.end(), s.begin(), s.end());
-    return p;
-}
-
-// Element strides of a shape in a layout (row-major, or nhwc for rank 4).
-std::vector<int64_t> strides_of(const Shape& s, Layout l) {
-    std::vector<int64_t> st(s.size(), 1);
-    if (l == Layout::ChannelsLast) return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-    for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-    return st;
-}
-
 template <class T>
-void expand_loop(const T* x, T* y, const Shape& out, const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, float scale) {
+void expand_loop(const T* x, T* y, const Shape& out, const memory::dims& ys, const memory::dims& xs, float scale) {
     auto load = [](T v) { if constexpr (std::is_same_v<T, float>) return v; else return bf16_to_f32(v); };
     auto store = [](float v) { if constexpr (std::is_same_v<T, float>) return v; else return f32_to_bf16(v); };
     int64_t n = 1;
@@ -49,7 +34,7 @@ std::unique_ptr<Kernel> make_sum_to(const KernelArgs& a) {
     const auto& at = attrs_as<BroadcastAttrs>(a.node);
     const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
     const dt type = compute_type(a.node.compute);
-    const memory::desc src = md_of(x), dst = md_of(padded_to(y.shape, x.shape.size()), y.shape.size() == x.shape.size() ? y.layout : Layout::Plain, dnnl_type(y.dtype));
+    const memory::desc src = md_of(x), dst = md_of(padded_to_rank(y.shape, x.shape.size()), y.shape.size() == x.shape.size() ? y.layout : Layout::Plain, dnnl_type(y.dtype));
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
     const std::string key = "sumto" + key_of(x) + key_of(y) + std::to_string(at.scale) + "t" + std::to_string(int(type));
@@ -79,12 +64,12 @@ std::unique_ptr<Kernel> make_expand(const KernelArgs& a) {
     const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
     if (x.dtype != y.dtype || (x.dtype != DType::F32 && x.dtype != DType::BF16))
         throw Error("op '" + a.node.name + "' (Expand): f32 or bf16 storage, the same for input and output, got " + desc_str(x) + " and " + desc_str(y));
-    std::vector<int64_t> xs = strides_of(x.shape, x.layout);
+    memory::dims xs = strides_of(x.shape, x.layout);
     xs.insert(xs.begin(), y.shape.size() - x.shape.size(), 0);  // the axes x lacks
-    const Shape xp = padded_to(x.shape, y.shape.size());
+    const Shape xp = padded_to_rank(x.shape, y.shape.size());
     for (size_t k = 0; k < xp.size(); ++k)
         if (xp[k] == 1) xs[k] = 0;  // broadcast: the same element along this axis
-    const std::vector<int64_t> ys = strides_of(y.shape, y.layout);
+    const memory::dims ys = strides_of(y.shape, y.layout);
     const Shape out = y.shape;
     const float scale = at.scale;
     void *in = a.in[0], *o = a.out[0];

@@ -61,9 +61,8 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
     const dt type = compute_type(a.node.compute);
     // B broadcast to A: its dims padded with leading 1s to A's rank (oneDNN broadcasts src1's 1-dims)
     const TensorDesc& b = a.in_desc(1);
-    Shape padded(a.in_desc(0).shape.size() - b.shape.size(), 1);
-    padded.insert(padded.end(), b.shape.begin(), b.shape.end());
-    const memory::desc s0 = md_of(a.in_desc(0)), s1 = md_of(padded, b.layout, dnnl_type(b.dtype)), d = md_of(a.out_desc(0));
+    const memory::desc s0 = md_of(a.in_desc(0)), s1 = md_of(padded_to_rank(b.shape, a.in_desc(0).shape.size()), b.layout, dnnl_type(b.dtype)),
+                       d = md_of(a.out_desc(0));
     auto e = a.ctx.cache.get<binary>(key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(int(alg)) + "t" + std::to_string(int(type)), [&] {
         return binary::primitive_desc({alg, with_type(s0, type), with_type(s1, type), with_type(d, type)}, a.ctx.engine);
     });

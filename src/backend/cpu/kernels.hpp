@@ -99,6 +99,8 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a);
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a);
 std::unique_ptr<Kernel> make_dropout(const KernelArgs& a);
 std::unique_ptr<Kernel> make_sum_to(const KernelArgs& a);
+// Element strides of `shape` stored in `layout` (row-major, or nhwc for rank 4).
+dnnl::memory::dims strides_of(const Shape& shape, Layout layout);
 std::unique_ptr<Kernel> make_expand(const KernelArgs& a);
 std::unique_ptr<Kernel> make_pool(const KernelArgs& a);
 std::unique_ptr<Kernel> make_shape(const KernelArgs& a);

@@ -7,16 +7,12 @@
 
 namespace joule::cpu {
 
-namespace {
-using namespace dnnl;
-
-// Row-major strides of `shape` stored in `layout`.
-memory::dims strides_of(const Shape& shape, Layout layout) {
+dnnl::memory::dims strides_of(const Shape& shape, Layout layout) {
     if (layout == Layout::ChannelsLast) {
         const int64_t C = shape[1], H = shape[2], W = shape[3];
         return {H * W * C, 1, W * C, C};
     }
-    memory::dims s(shape.size());
+    dnnl::memory::dims s(shape.size());
     int64_t acc = 1;
     for (size_t i = shape.size(); i-- > 0;) {
         s[i] = acc;
@@ -24,6 +20,9 @@ memory::dims strides_of(const Shape& shape, Layout layout) {
     }
     return s;
 }
+
+namespace {
+using namespace dnnl;
 
 std::unique_ptr<Kernel> reorder_kernel(const KernelArgs& a, const memory::desc& from, void* src, const memory::desc& to, void* dst) {
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);

@@ -51,22 +51,6 @@ double derivative(const Node& n, double x) {
     }
 }
 
-// The logical index into `from` (a broadcast source of `to`) of the element at logical index i of `to`.
-int64_t source_index(const Shape& from, const Shape& to, int64_t i) {
-    int64_t j = 0, stride = 1;
-    for (size_t k = to.size(); k-- > 0;) {
-        const int64_t c = i % to[k];
-        i /= to[k];
-        const size_t off = to.size() - from.size();
-        if (k >= off) {
-            const int64_t d = from[k - off];
-            if (d != 1) j += c * stride;
-            stride *= d;
-        }
-    }
-    return j;
-}
-
 std::unique_ptr<Kernel> dropout(const Op& op) {
     const float p = op.attrs<DropoutAttrs>().p;
     const Buf x = op.in[0], y = op.out[0], mask = op.out[1];
@@ -112,7 +96,7 @@ std::unique_ptr<Kernel> make_eltwise(const Op& op) {
             const Buf a = op.in[0], b = op.in[1], y = op.out[0];
             return loop([=](const RunContext&) {
                 for (int64_t i = 0; i < y.numel(); ++i) {
-                    const double u = a.get(i), v = b.get(source_index(b.desc.shape, y.desc.shape, i));
+                    const double u = a.get(i), v = b.get(broadcast_source_index(b.desc.shape, y.desc.shape, i));
                     y.set(i, k == OpKind::Add ? u + v : k == OpKind::Mul ? u * v : k == OpKind::Sub ? u - v : u / v);
                 }
             });
@@ -122,7 +106,7 @@ std::unique_ptr<Kernel> make_eltwise(const Op& op) {
             const double scale = op.attrs<BroadcastAttrs>().scale;
             return loop([=](const RunContext&) {
                 std::vector<double> sum(size_t(y.numel()), 0.0);
-                for (int64_t i = 0; i < x.numel(); ++i) sum[size_t(source_index(y.desc.shape, x.desc.shape, i))] += x.get(i);
+                for (int64_t i = 0; i < x.numel(); ++i) sum[size_t(broadcast_source_index(y.desc.shape, x.desc.shape, i))] += x.get(i);
                 for (int64_t j = 0; j < y.numel(); ++j) y.set(j, scale * sum[size_t(j)]);
             });
         }
@@ -130,7 +114,7 @@ std::unique_ptr<Kernel> make_eltwise(const Op& op) {
             const Buf x = op.in[0], y = op.out[0];
             const double scale = op.attrs<BroadcastAttrs>().scale;
             return loop([=](const RunContext&) {
-                for (int64_t i = 0; i < y.numel(); ++i) y.set(i, scale * x.get(source_index(x.desc.shape, y.desc.shape, i)));
+                for (int64_t i = 0; i < y.numel(); ++i) y.set(i, scale * x.get(broadcast_source_index(x.desc.shape, y.desc.shape, i)));
             });
         }
         case OpKind::Dropout: return dropout(op);
