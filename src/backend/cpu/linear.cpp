@@ -1,6 +1,10 @@
 // Linear on oneDNN inner-product primitives ([..., K] viewed as [M, K]); MatMul on the matmul
 // primitive (leading dims collapsed to one batch dim, transposes expressed as strides, alpha as an
 // output scale).
+// Linear weights and their gradients stay in their plain [out, in] storage: the inner product runs on
+// them directly (oneDNN's GEMM implementation). Letting oneDNN choose (tag::any) picks a blocked format
+// that had to be re-laid-out every step, forward and backward, and the gradient back: for AlexNet b4 and
+// VGG-16 b2 those reorders of the classifier's 38-103 M weights took longer than the layers themselves.
 #include "backend/cpu/kernels.hpp"
 
 namespace joule::cpu {
@@ -12,7 +16,7 @@ memory::desc matrix_md(const TensorDesc& d, dt type) { return {{d.numel() / d.sh
 memory::desc matrix_md(const TensorDesc& d) { return matrix_md(d, dnnl_type(d.dtype)); }
 
 inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
-    const memory::desc src = matrix_md(x, type), wei(to_dims(w.shape), type, tag::any);
+    const memory::desc src = matrix_md(x, type), wei(to_dims(w.shape), type, tag::ab);
     const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, type, tag::ab);
     if (bias) return {{prop_kind::forward_training, src, wei, memory::desc({w.shape[0]}, dt::f32, tag::a), dst}, eng};
     return {{prop_kind::forward_training, src, wei, dst}, eng};
@@ -46,7 +50,7 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
         auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
         auto e = a.ctx.cache.get<inner_product_backward_data>(key, [&] {
             return inner_product_backward_data::primitive_desc(
-                {matrix_md(x), memory::desc(to_dims(w.shape), type, tag::any), matrix_md(dy, type)}, a.ctx.engine, fwd->pd);
+                {matrix_md(x), memory::desc(to_dims(w.shape), type, tag::ab), matrix_md(dy, type)}, a.ctx.engine, fwd->pd);
         });
         k->add(e->prim, {{DNNL_ARG_DIFF_DST, reordered_input(*k, a.ctx, a.mem(matrix_md(dy), a.in[0]), e->pd.diff_dst_desc())},
                          {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(w_plain, a.in[1]), e->pd.weights_desc())},
@@ -56,7 +60,7 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
         const std::string key = linear_key(bias, x, w, type);
         auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
         auto e = a.ctx.cache.get<inner_product_backward_weights>(key, [&] {
-            const memory::desc src = matrix_md(x, type), dw(to_dims(w.shape), dnnl_type(w.dtype), tag::any), ddst = matrix_md(dy, type);
+            const memory::desc src = matrix_md(x, type), dw(to_dims(w.shape), dnnl_type(w.dtype), tag::ab), ddst = matrix_md(dy, type);
             if (bias)
                 return inner_product_backward_weights::primitive_desc({src, dw, memory::desc({w.shape[0]}, dt::f32, tag::a), ddst}, a.ctx.engine, fwd->pd);
             return inner_product_backward_weights::primitive_desc({src, dw, ddst}, a.ctx.engine, fwd->pd);
