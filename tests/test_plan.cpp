@@ -213,6 +213,49 @@ TEST(Passes, TransfersOncePerTensorAndDeviceAndDumpAfterEveryPass) {
 
 // The same batches, two plans: all on the cpu, and layers alternating between the cpu and the reference
 // backend (forward and backward of a layer on one device, transfers between). Losses agree step by step.
+// A Reshape between row-major tensors is a view of its input (same buffer and offset: no copy), and the
+// input's bytes then live until the output's last reader: no tensor alive meanwhile is placed over them.
+// A reshape that changes the bytes (LeNet's flatten of an nhwc tensor) keeps a buffer of its own.
+TEST(Passes, RowMajorReshapesAreViewsOfTheirInput) {
+    for (const char* net : {"bert-tiny", "lenet5"}) {
+        Net n = build(net, 4);
+        LowerOptions lo;
+        lo.keep = {n.model.logits, n.model.loss};
+        const LoweredGraph lg = lower(std::move(n.train), Plan{}, lo);
+        const Graph& g = lg.train.graph;
+        const MemoryPlan& mp = lg.memory;
+        const size_t nt = g.num_tensors();
+        std::vector<size_t> root(nt);
+        for (size_t t = 0; t < nt; ++t) root[t] = t;
+        size_t views = 0, copies = 0;
+        for (const Node& node : g.nodes()) {
+            if (node.kind != OpKind::Reshape) continue;
+            const size_t x = size_t(node.inputs[0]), y = size_t(node.outputs[0]);
+            const bool same_bytes = g.tensor(node.inputs[0]).desc.row_major() && g.tensor(node.outputs[0]).desc.row_major();
+            EXPECT_EQ(mp.buffer_of[y] == mp.buffer_of[x] && mp.offset_of[y] == mp.offset_of[x], same_bytes) << node.name;
+            if (same_bytes) root[y] = root[x], ++views;
+            else ++copies;
+        }
+        EXPECT_GT(std::string(net) == "lenet5" ? copies : views, 0u) << net;
+        // lifetimes of each root's bytes, over the root and every view of it
+        std::vector<int64_t> first(nt, -1), last(nt, -1);
+        for (size_t k = 0; k < g.num_nodes(); ++k) {
+            for (TensorId t : g.node(NodeId(k)).inputs) last[root[size_t(t)]] = int64_t(k);
+            for (TensorId t : g.node(NodeId(k)).outputs) {
+                if (first[root[size_t(t)]] < 0) first[root[size_t(t)]] = int64_t(k);
+                last[root[size_t(t)]] = std::max(last[root[size_t(t)]], int64_t(k));
+            }
+        }
+        for (size_t a = 0; a < nt; ++a)
+            for (size_t b = a + 1; b < nt; ++b) {
+                if (root[a] != a || root[b] != b || mp.buffer_of[a] != mp.buffer_of[b] || first[a] < 0 || first[b] < 0) continue;
+                if (last[a] < first[b] || last[b] < first[a]) continue;  // never alive together
+                const size_t ea = mp.offset_of[a] + g.tensor(TensorId(a)).desc.bytes(), eb = mp.offset_of[b] + g.tensor(TensorId(b)).desc.bytes();
+                EXPECT_TRUE(ea <= mp.offset_of[b] || eb <= mp.offset_of[a]) << net << ": " << g.tensor(TensorId(a)).name << " and " << g.tensor(TensorId(b)).name;
+            }
+    }
+}
+
 TEST(Passes, AlternatingCpuAndReferenceTrainsLikeAllCpu) {
     const int steps = 50;
     std::vector<float> losses[2];

@@ -41,6 +41,9 @@ struct TensorDesc {
     int64_t rank() const { return int64_t(shape.size()); }
     int64_t numel() const;
     size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+    // Whether the bytes are in row-major logical order: Plain, or nhwc with C == 1 or H * W == 1. Two such
+    // tensors of one shape and dtype hold the same bytes, so a reshape between them moves none.
+    bool row_major() const { return layout == Layout::Plain || shape[1] == 1 || shape[2] * shape[3] == 1; }
     bool operator==(const TensorDesc&) const = default;
 };
 

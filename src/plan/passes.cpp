@@ -312,7 +312,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
     // Data-parallel buckets (AllReduceAttrs): the gradients a bucket carries, and their means, are stored
     // inside it at their offsets when they are transient tensors of its device; the bucket then lives from
     // its first gradient's producer to its means' last reader.
-    std::vector<std::pair<TensorId, size_t>> view(nt, {kNone, 0});  // (bucket, byte offset)
+    std::vector<std::pair<TensorId, size_t>> view(nt, {kNone, 0});  // (the tensor it is stored inside, byte offset)
     for (size_t n = 0; n < nn; ++n) {
         const Node& node = g.node(NodeId(n));
         const bool start = node.kind == OpKind::AllReduceStart;
@@ -328,6 +328,23 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
             first[size_t(bucket)] = std::min(first[size_t(bucket)], first[t]);
             last[size_t(bucket)] = std::max(last[size_t(bucket)], last[t]);
         }
+    }
+    // A Reshape between two row-major tensors of one device moves no byte (TensorDesc::row_major): its
+    // output is a view of its input (or of the tensor that input views, for a chain of reshapes), which
+    // then lives as long as the output. Not for tensors inside a bucket (the means overwrite the sums
+    // there) nor for an owned output (a kept tensor must not share the arena).
+    const std::vector<std::pair<TensorId, size_t>> in_bucket = view;
+    for (size_t n = 0; n < nn; ++n) {
+        const Node& node = g.node(NodeId(n));
+        if (node.kind != OpKind::Reshape) continue;
+        const TensorId x = node.inputs[0], y = node.outputs[0];
+        const TensorDesc &dx = g.tensor(x).desc, &dy = g.tensor(y).desc;
+        if (owned[size_t(y)] || in_bucket[size_t(x)].first != kNone || in_bucket[size_t(y)].first != kNone || !dx.row_major() ||
+            !dy.row_major() || dx.dtype != dy.dtype || tensor_device(g, x) != tensor_device(g, y))
+            continue;
+        const TensorId root = view[size_t(x)].first != kNone ? view[size_t(x)].first : x;
+        view[size_t(y)] = {root, 0};
+        last[size_t(root)] = std::max(last[size_t(root)], last[size_t(y)]);
     }
     std::map<std::string, std::vector<TensorId>> transient;  // per device
     for (size_t t = 0; t < nt; ++t) {

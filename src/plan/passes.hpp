@@ -17,7 +17,8 @@
 //   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
 //                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
 //                     them in place (else their first reader)
-//   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness
+//   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
+//                     a Reshape between row-major tensors is a view of its input (no copy)
 //
 //   LoweredGraph lg = lower(std::move(tg), plan, {.keep = {logits, loss}});
 //   lower(..., {.dump_after = "casts", .dump = &std::cout}) prints the graph after that pass.

@@ -119,7 +119,7 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
         if ((unsigned(dnnl::get_effective_cpu_isa()) & need) != need)
             return {false, "this CPU has no avx512_core, which oneDNN's bf16 kernels need"};
     }
-    if (n.kind == OpKind::Reshape && !row_major(g.tensor(n.inputs[0]).desc) && !row_major(g.tensor(n.outputs[0]).desc))
+    if (n.kind == OpKind::Reshape && !g.tensor(n.inputs[0]).desc.row_major() && !g.tensor(n.outputs[0]).desc.row_major())
         return {false, "a reshape between two nhwc shapes is not supported; reshape through a plain tensor"};
     // bf16 GEMMs may write their weight (and bias) gradients in f32 directly
     const bool weights_grad = n.kind == OpKind::ConvBackwardWeights || n.kind == OpKind::LinearBackwardWeights;

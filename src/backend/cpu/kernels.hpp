@@ -104,8 +104,6 @@ dnnl::memory::dims strides_of(const Shape& shape, Layout layout);
 std::unique_ptr<Kernel> make_expand(const KernelArgs& a);
 std::unique_ptr<Kernel> make_pool(const KernelArgs& a);
 std::unique_ptr<Kernel> make_shape(const KernelArgs& a);
-// Whether a tensor's bytes are in row-major logical order (plain, or nhwc with C == 1 or H * W == 1).
-bool row_major(const TensorDesc& d);  // Concat, Slice, SliceBackward, Reshape, Transpose
 std::unique_ptr<Kernel> make_softmax(const KernelArgs& a);
 std::unique_ptr<Kernel> make_embedding(const KernelArgs& a);
 std::unique_ptr<Kernel> make_cross_entropy(const KernelArgs& a);

@@ -54,8 +54,6 @@ memory::desc window_md(const TensorDesc& full, const SliceAttrs& s) {
 }
 }  // namespace
 
-bool row_major(const TensorDesc& d) { return d.layout == Layout::Plain || d.shape[1] == 1 || d.shape[2] * d.shape[3] == 1; }
-
 std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
     const TensorDesc& y = a.out_desc(0);
     switch (a.node.kind) {
@@ -80,12 +78,14 @@ std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
         }
         case OpKind::Reshape: {
             const TensorDesc& x = a.in_desc(0);
-            const bool x_plain = row_major(x), y_plain = row_major(y);
+            const bool x_plain = x.row_major(), y_plain = y.row_major();
             JOULE_ASSERT(x_plain || y_plain, "supports() refuses a reshape between two nhwc shapes");
-            if (x_plain && y_plain) {  // same bytes: a copy
+            if (x_plain && y_plain) {  // same bytes: nothing to do where the memory plan made y a view of x, else a copy
                 const size_t bytes = x.bytes();
                 void *src = a.in[0], *dst = a.out[0];
-                return std::make_unique<FunctionKernel>([=](const RunContext&) { std::memcpy(dst, src, bytes); });
+                return std::make_unique<FunctionKernel>([=](const RunContext&) {
+                    if (dst != src) std::memcpy(dst, src, bytes);
+                });
             }
             if (!x_plain && y_plain) return reorder_kernel(a, md_of(x), a.in[0], md_of(x.shape, Layout::Plain, dnnl_type(x.dtype)), a.out[0]);
             return reorder_kernel(a, md_of(y.shape, Layout::Plain, dnnl_type(y.dtype)), a.in[0], md_of(y), a.out[0]);
