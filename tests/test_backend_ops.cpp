@@ -88,18 +88,19 @@ void add_conv_cases(std::vector<Case>& cs, const std::string& tag, TensorDesc x,
     std::vector<TensorDesc> fwd_in = {x, wd};
     if (a.bias) fwd_in.push_back(plain({wd.shape[0]}));
     const TensorDesc y = out_desc(OpKind::Conv2d, a, fwd_in);
-    cs.push_back({"Conv2d_" + tag, [=](Graph& g, Fills& f) {
-                      std::vector<TensorId> in = {input(g, f, "x", x), input(g, f, "w", wd)};
-                      if (a.bias) in.push_back(input(g, f, "b", fwd_in[2]));
-                      g.add(OpKind::Conv2d, a, in, "conv");
-                  }});
-    cs.push_back({"ConvBackwardData_" + tag, [=](Graph& g, Fills& f) {
-                      backward(g, OpKind::ConvBackwardData, a, {input(g, f, "dy", y), input(g, f, "w", wd)}, x);
-                  }});
-    for (OperandMask keep : {OperandMask(0), OperandMask(0b1)})
+    for (OperandMask keep : {OperandMask(0), OperandMask(0b1)}) {  // 0b1: a bf16 product written in f32 (graph/ops.hpp gemm_may_write_f32)
+        cs.push_back({"Conv2d_" + tag + (keep ? "_f32y" : ""), [=](Graph& g, Fills& f) {
+                          std::vector<TensorId> in = {input(g, f, "x", x), input(g, f, "w", wd)};
+                          if (a.bias) in.push_back(input(g, f, "b", fwd_in[2]));
+                          g.add(OpKind::Conv2d, a, in, "conv");
+                      }, true, keep});
+        cs.push_back({"ConvBackwardData_" + tag + (keep ? "_f32dx" : ""), [=](Graph& g, Fills& f) {
+                          backward(g, OpKind::ConvBackwardData, a, {input(g, f, "dy", y), input(g, f, "w", wd)}, x);
+                      }, true, keep});
         cs.push_back({"ConvBackwardWeights_" + tag + (keep ? "_f32dw" : ""), [=](Graph& g, Fills& f) {
                           backward(g, OpKind::ConvBackwardWeights, a, {input(g, f, "dy", y), input(g, f, "x", x)}, wd);
                       }, true, keep});
+    }
 }
 
 void add_linear_cases(std::vector<Case>& cs, const std::string& tag, Shape x, Shape w, bool bias) {
@@ -107,18 +108,19 @@ void add_linear_cases(std::vector<Case>& cs, const std::string& tag, Shape x, Sh
     Shape ys = x;
     ys.back() = w[0];
     const TensorDesc yd = plain(ys);
-    cs.push_back({"Linear_" + tag, [=](Graph& g, Fills& f) {
-                      std::vector<TensorId> in = {input(g, f, "x", xd), input(g, f, "w", wd)};
-                      if (bias) in.push_back(input(g, f, "b", plain({wd.shape[0]})));
-                      g.add(OpKind::Linear, LinearAttrs{bias}, in, "fc");
-                  }});
-    cs.push_back({"LinearBackwardData_" + tag, [=](Graph& g, Fills& f) {
-                      backward(g, OpKind::LinearBackwardData, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "w", wd)}, xd);
-                  }});
-    for (OperandMask keep : {OperandMask(0), OperandMask(0b1)})
+    for (OperandMask keep : {OperandMask(0), OperandMask(0b1)}) {
+        cs.push_back({"Linear_" + tag + (keep ? "_f32y" : ""), [=](Graph& g, Fills& f) {
+                          std::vector<TensorId> in = {input(g, f, "x", xd), input(g, f, "w", wd)};
+                          if (bias) in.push_back(input(g, f, "b", plain({wd.shape[0]})));
+                          g.add(OpKind::Linear, LinearAttrs{bias}, in, "fc");
+                      }, true, keep});
+        cs.push_back({"LinearBackwardData_" + tag + (keep ? "_f32dx" : ""), [=](Graph& g, Fills& f) {
+                          backward(g, OpKind::LinearBackwardData, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "w", wd)}, xd);
+                      }, true, keep});
         cs.push_back({"LinearBackwardWeights_" + tag + (keep ? "_f32dw" : ""), [=](Graph& g, Fills& f) {
                           backward(g, OpKind::LinearBackwardWeights, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "x", xd)}, wd);
                       }, true, keep});
+    }
 }
 
 // A one-input op on one shape; an eltwise backward reading (dY, X).
@@ -167,9 +169,10 @@ std::vector<Case> make_cases() {
     add_linear_cases(cs, "rank3_nobias", {2, 3, 7}, {5, 7}, false);
 
     auto matmul = [&](const std::string& tag, Shape a, Shape b, MatMulAttrs at) {
-        cs.push_back({"MatMul_" + tag, [=](Graph& g, Fills& f) {
-                          g.add(K::MatMul, at, {input(g, f, "a", plain(a)), input(g, f, "b", plain(b))}, "mm");
-                      }});
+        for (OperandMask keep : {OperandMask(0), OperandMask(0b1)})
+            cs.push_back({"MatMul_" + tag + (keep ? "_f32y" : ""), [=](Graph& g, Fills& f) {
+                              g.add(K::MatMul, at, {input(g, f, "a", plain(a)), input(g, f, "b", plain(b))}, "mm");
+                          }, true, keep});
     };
     matmul("batched", {2, 3, 4}, {2, 4, 5}, {});
     matmul("trans_a_alpha", {2, 4, 3}, {2, 4, 5}, {true, false, 0.5f});

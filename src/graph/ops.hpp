@@ -211,6 +211,13 @@ inline bool f32_only_op(OpKind k) {
 }
 // A weight gradient's GEMM: mixed-precision plans store its output in f32 (the kernel writes it directly).
 inline bool weight_gradient(OpKind k) { return k == OpKind::ConvBackwardWeights || k == OpKind::LinearBackwardWeights; }
+// GEMM nodes that, computing in bf16, may store their first output in f32: the accumulator's precision,
+// written directly instead of rounded to bf16 and cast back by the f32 op that reads it (weight gradients,
+// and the forward / backward-data outputs of a mixed-precision plan whose readers compute in f32).
+inline bool gemm_may_write_f32(OpKind k) {
+    return weight_gradient(k) || k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::Linear ||
+           k == OpKind::LinearBackwardData || k == OpKind::MatMul;
+}
 
 struct Node;
 // Dropout's random stream: a hash of its seed attribute and the node's name (stable across passes).

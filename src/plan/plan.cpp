@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -69,14 +70,21 @@ Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, con
     p.origin = "built-in " + p.name + " plan";
     if (dtype == DType::F32) return p;
     const Graph& g = tg.graph;
+    std::vector<bool> take(g.num_nodes(), false);
     for (size_t i = 0; i < g.num_nodes(); ++i) {
         const NodeId n = NodeId(i);
-        const Node& node = g.node(n);
-        if (f32_only_op(node.kind)) continue;
-        const bool take = scope == PrecisionScope::Gemm ? is_gemm_node(g, n) : runs(g, n, dtype);
-        if (!take) continue;
+        if (!f32_only_op(g.node(n).kind)) take[i] = scope == PrecisionScope::Gemm ? is_gemm_node(g, n) : runs(g, n, dtype);
+    }
+    for (size_t i = 0; i < g.num_nodes(); ++i) {
+        if (!take[i]) continue;
+        const Node& node = g.node(NodeId(i));
         p.entries.push_back({PlanEntry::Match::Node, node.name, std::nullopt, dtype, {}, p.origin});
-        if (node.kind == OpKind::ConvBackwardWeights || node.kind == OpKind::LinearBackwardWeights)
+        // A GEMM whose every reader computes in f32 (a weight gradient's update; under the gemm scope the
+        // BN, activation or residual add after a conv / linear) writes its output in f32 directly: one
+        // pass over memory instead of a rounding store, a Cast node and a second store.
+        const std::vector<NodeId> readers = g.consumers(node.outputs[0]);
+        if (gemm_may_write_f32(node.kind) && !readers.empty() &&
+            std::none_of(readers.begin(), readers.end(), [&](NodeId r) { return take[size_t(r)]; }))
             p.storage.push_back({g.tensor(node.outputs[0]).name, DType::F32, p.origin});
     }
     return p;

@@ -121,9 +121,8 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
     }
     if (n.kind == OpKind::Reshape && !g.tensor(n.inputs[0]).desc.row_major() && !g.tensor(n.outputs[0]).desc.row_major())
         return {false, "a reshape between two nhwc shapes is not supported; reshape through a plain tensor"};
-    // bf16 GEMMs may write their weight (and bias) gradients in f32 directly
-    const bool weights_grad = n.kind == OpKind::ConvBackwardWeights || n.kind == OpKind::LinearBackwardWeights;
-    return check_dtypes(g, id, weights_grad ? OperandMask(0b1) : OperandMask(0));
+    // bf16 GEMMs may write their first output (a weight gradient, an activation or its gradient) in f32 directly
+    return check_dtypes(g, id, gemm_may_write_f32(n.kind) ? OperandMask(0b1) : OperandMask(0));
 }
 
 std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs,

@@ -15,9 +15,11 @@ using namespace dnnl;
 memory::desc matrix_md(const TensorDesc& d, dt type) { return {{d.numel() / d.shape.back(), d.shape.back()}, type, tag::ab}; }
 memory::desc matrix_md(const TensorDesc& d) { return matrix_md(d, dnnl_type(d.dtype)); }
 
-inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
+// dst_type: the output's storage (the compute type, or f32 written directly by a bf16 product).
+inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool bias, const TensorDesc& x, const TensorDesc& w, dt type,
+                                                        dt dst_type) {
     const memory::desc src = matrix_md(x, type), wei(to_dims(w.shape), type, tag::ab);
-    const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, type, tag::ab);
+    const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, dst_type, tag::ab);
     if (bias) return {{prop_kind::forward_training, src, wei, memory::desc({w.shape[0]}, dt::f32, tag::a), dst}, eng};
     return {{prop_kind::forward_training, src, wei, dst}, eng};
 }
@@ -37,7 +39,9 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
     }();
     if (a.node.kind == OpKind::Linear) {
         const TensorDesc &x = a.in_desc(0), &w = a.in_desc(1);
-        auto e = a.ctx.cache.get<inner_product_forward>(linear_key(bias, x, w, type), [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
+        const dt y_type = dnnl_type(a.out_desc(0).dtype);
+        const std::string key = linear_key(bias, x, w, type) + (y_type == type ? "" : "y" + std::to_string(int(y_type)));
+        auto e = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type, y_type); });
         std::unordered_map<int, memory> args = {
             {DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(matrix_md(x), a.in[0]), e->pd.src_desc())},
             {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(w_plain, a.in[1]), e->pd.weights_desc())},
@@ -47,7 +51,7 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
     } else if (a.node.kind == OpKind::LinearBackwardData) {
         const TensorDesc &x = a.out_desc(0), &w = a.in_desc(1), &dy = a.in_desc(0);
         const std::string key = linear_key(bias, x, w, type);
-        auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
+        auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type, type); });
         auto e = a.ctx.cache.get<inner_product_backward_data>(key, [&] {
             return inner_product_backward_data::primitive_desc(
                 {matrix_md(x), memory::desc(to_dims(w.shape), type, tag::ab), matrix_md(dy, type)}, a.ctx.engine, fwd->pd);
@@ -58,7 +62,7 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
     } else {
         const TensorDesc &x = a.in_desc(1), &w = a.out_desc(0), &dy = a.in_desc(0);
         const std::string key = linear_key(bias, x, w, type);
-        auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type); });
+        auto fwd = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type, type); });
         auto e = a.ctx.cache.get<inner_product_backward_weights>(key, [&] {
             const memory::desc src = matrix_md(x, type), dw(to_dims(w.shape), dnnl_type(w.dtype), tag::ab), ddst = matrix_md(dy, type);
             if (bias)
@@ -92,9 +96,9 @@ std::unique_ptr<Kernel> make_matmul(const KernelArgs& a) {
     const auto& at = attrs_as<MatMulAttrs>(a.node);
     const dt type = compute_type(a.node.compute);
     const memory::desc A = batched_md(a.in_desc(0), at.trans_a, type), B = batched_md(a.in_desc(1), at.trans_b, type);
-    const memory::desc C = batched_md(a.out_desc(0), false, type);
-    const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(at.trans_a) + std::to_string(at.trans_b) +
-                            std::to_string(at.alpha) + std::to_string(int(type));
+    const memory::desc C = batched_md(a.out_desc(0), false, dnnl_type(a.out_desc(0).dtype));  // f32 where a bf16 product writes f32
+    const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + key_of(a.out_desc(0)) + std::to_string(at.trans_a) +
+                            std::to_string(at.trans_b) + std::to_string(at.alpha) + std::to_string(int(type));
     auto e = a.ctx.cache.get<matmul>(key, [&] {
         primitive_attr attr;
         if (at.alpha != 1.0f) attr.set_output_scales(0, {at.alpha});
