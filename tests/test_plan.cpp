@@ -217,8 +217,6 @@ TEST(Passes, TransfersOncePerTensorAndDeviceAndDumpAfterEveryPass) {
     }, "unknown pass 'fusion'");
 }
 
-// The same batches, two plans: all on the cpu, and layers alternating between the cpu and the reference
-// backend (forward and backward of a layer on one device, transfers between). Losses agree step by step.
 // A Reshape between row-major tensors is a view of its input (same buffer and offset: no copy), and the
 // input's bytes then live until the output's last reader: no tensor alive meanwhile is placed over them.
 // A reshape that changes the bytes (LeNet's flatten of an nhwc tensor) keeps a buffer of its own.
@@ -262,6 +260,8 @@ TEST(Passes, RowMajorReshapesAreViewsOfTheirInput) {
     }
 }
 
+// The same batches, two plans: all on the cpu, and layers alternating between the cpu and the reference
+// backend (forward and backward of a layer on one device, transfers between). Losses agree step by step.
 TEST(Passes, AlternatingCpuAndReferenceTrainsLikeAllCpu) {
     const int steps = 50;
     std::vector<float> losses[2];
