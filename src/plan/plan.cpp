@@ -82,7 +82,7 @@ Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, con
         // A GEMM whose every reader computes in f32 (a weight gradient's update; under the gemm scope the
         // BN, activation or residual add after a conv / linear) writes its output in f32 directly: one
         // pass over memory instead of a rounding store, a Cast node and a second store.
-        const std::vector<NodeId> readers = g.consumers(node.outputs[0]);
+        const std::vector<NodeId>& readers = g.consumers(node.outputs[0]);
         if (gemm_may_write_f32(node.kind) && !readers.empty() &&
             std::none_of(readers.begin(), readers.end(), [&](NodeId r) { return take[size_t(r)]; }))
             p.storage.push_back({g.tensor(node.outputs[0]).name, DType::F32, p.origin});
