@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/fpga_emu/fpga_emu_backend.hpp"
 #include "backend/reference/reference_backend.hpp"
+#include "backend/registry.hpp"
 #include "graph/autodiff.hpp"
 #include "graph/bf16.hpp"
 #include "graph/error.hpp"
@@ -123,7 +124,7 @@ void add_linear_cases(std::vector<Case>& cs, const std::string& tag, Shape x, Sh
     }
 }
 
-// A one-input op on one shape; an eltwise backward reading (dY, X).
+// A one-input op on one shape; an eltwise backward reading (dY, X) (Relu, Relu6: (dY, Y)).
 Case unary(const std::string& name, OpKind k, Attrs a, TensorDesc x, Fill fill = {}) {
     return {name, [=](Graph& g, Fills& f) { g.add(k, a, {input(g, f, "x", x, fill)}, "op"); }};
 }
@@ -429,6 +430,25 @@ std::vector<Case> make_cases() {
               }, false};
     step.runs = 2;
     cs.push_back(step);
+
+    // activations fused into their producer (plan/'s fuse pass, Node::post_op): every forward case of a
+    // fusable kind once more with ReLU, and with ReLU6 where the kind takes it
+    const size_t unfused = cs.size();
+    for (size_t i = 0; i < unfused; ++i)
+        for (const OpKind act : {K::Relu, K::Relu6}) {
+            Graph probe;
+            Fills ignored;
+            cs[i].build(probe, ignored);
+            const NodeId last = NodeId(probe.num_nodes() - 1);
+            if (probe.num_nodes() != 1 || !fusable(probe.node(last).kind, act)) continue;
+            Case c = cs[i];
+            c.name += std::string("_fused_") + op_name(act);
+            c.build = [build = cs[i].build, act](Graph& g, Fills& f) {
+                build(g, f);
+                g.node(NodeId(g.num_nodes() - 1)).post_op = act;
+            };
+            cs.push_back(std::move(c));
+        }
     return cs;
 }
 
@@ -642,7 +662,8 @@ TEST_P(BackendOps, MatchReference) {
         if (!got) {
             bool all_its_ops = true;  // a partial backend must run a case made only of ops it says it runs
             for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n)
-                if (f.runs && g.node(n).kind != OpKind::Transfer) all_its_ops = all_its_ops && f.runs(g.node(n).kind);
+                if (f.runs && g.node(n).kind != OpKind::Transfer)
+                    all_its_ops = all_its_ops && f.runs(g.node(n).kind) && (g.node(n).post_op == OpKind::Count || fuses_activations(f.name));
             if (!all_its_ops) continue;  // ops the device leaves to the host by design
             if (dtype == DType::F32) ADD_FAILURE() << f.name << " does not support " << why;
             else skipped.push_back(f.name + " (" + why + ")");
@@ -660,6 +681,36 @@ TEST_P(BackendOps, MatchReference) {
 INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::ValuesIn(variants()), [](const ::testing::TestParamInfo<Variant>& i) {
     return cases()[i.param.index].name + "_" + dtype_name(i.param.dtype);
 });
+
+// The fused cases above agree across backends; this pins what they compute: the reference's fused output
+// is the activation of the unfused output, element for element.
+TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
+    size_t checked = 0;
+    for (const Case& c : cases()) {
+        if (c.name.find("_fused_") == std::string::npos) continue;
+        Fills fills;
+        Graph fused = build(c, DType::F32, fills);
+        Graph plain = fused;
+        Node& n = plain.node(0);
+        const OpKind act = n.post_op;
+        n.post_op = OpKind::Count;
+        const Values init = initial_values(fused, fills, c.name);
+        ReferenceBackend ref;
+        std::string why;
+        const std::optional<Values> y = run_on(ref, fused, init, c, why), x = run_on(ref, plain, init, c, why);
+        ASSERT_TRUE(y && x) << why;
+        const auto &got = (*y)[size_t(n.outputs[0])], &pre = (*x)[size_t(n.outputs[0])];
+        size_t clamped = 0;
+        for (size_t i = 0; i < pre.size(); ++i) {
+            const double want = act == OpKind::Relu ? std::max(pre[i], 0.0) : std::min(std::max(pre[i], 0.0), 6.0);
+            ASSERT_EQ(got[i], want) << c.name << " element " << i;
+            clamped += want != pre[i];
+        }
+        EXPECT_GT(clamped, 0u) << c.name << ": no element was clamped, so the case shows nothing";
+        ++checked;
+    }
+    EXPECT_GE(checked, 20u);
+}
 
 TEST(BackendOpsCatalogue, EveryOpKindHasACase) {
     std::set<OpKind> covered;

@@ -1015,7 +1015,7 @@ TEST(Cli, ErrorsReadTheSameEverywhere) {
     expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep capacity=1MiB,2MiB --sweep capacity=4MiB", "--sweep capacity is given twice");
     // a batch that cannot fit the device's memory is not modelled
     expect_failure("analyze --net vgg16 --batch 1048576 --device gpu-nvidia-v100-sxm2",
-                   "vgg16 batch 1048576 needs 88.5 TiB of tensor memory (its memory plan), but gpu-nvidia-v100-sxm2 has 32.0 GiB");
+                   "vgg16 batch 1048576 needs 60.9 TiB of tensor memory (its memory plan), but gpu-nvidia-v100-sxm2 has 32.0 GiB");
     // values a command does not accept, and flags it would ignore
     r = run("profile --db " + temp_path("dtype.db") + " --dtype f64");
     EXPECT_NE(r.code, 0);
@@ -1117,6 +1117,12 @@ TEST(Cli, TrainAndInspectUnderAPlanFile) {
     const Result dump = run("inspect lenet5 --batch 8 --plan " + plan + " --dump-after transfers");
     EXPECT_EQ(dump.code, 0);
     EXPECT_NE(dump.out.find("transfer:conv2:cpu"), std::string::npos) << dump.out.substr(0, 2000);
+    // the built-in plan: LeNet-5's four ReLUs fused into their convolutions and linears
+    const Result fused = run("inspect lenet5 --batch 8 --dump-after fuse");
+    EXPECT_EQ(fused.code, 0);
+    EXPECT_NE(fused.out.find("conv1: Conv2d+Relu @cpu"), std::string::npos) << fused.out.substr(0, 2000);
+    EXPECT_NE(fused.out.find("fc2: Linear+Relu @cpu"), std::string::npos) << fused.out.substr(0, 2000);
+    EXPECT_EQ(run_json("inspect lenet5 --batch 8 --json")["fused_activations"], 4);
     // the plan is for batch 8: another batch is refused, as are --dtype with --plan and bad plans
     expect_failure("train --dataset synthetic --batch 4 --steps 1 --plan " + plan, "made for another graph");
     expect_failure("train --plan " + plan + " --dtype bf16", "excludes");

@@ -377,6 +377,10 @@ TEST(OnnxImport, TrainAndInspectTakeAModelFile) {
     const test::CommandResult z = test::run_command(std::string(JOULE_BINARY) + " train --net lenet5 --dataset synthetic --steps 1 --batch 4 --quiet --save " + saved + " 2>&1");
     EXPECT_EQ(z.code, 0) << z.out;  // a zoo net exports too
     EXPECT_EQ(import_onnx(saved).graph.parameter_count(), test::zoo_train_graph("lenet5", 4).graph.parameter_count());
+    size_t relus = 0;  // training ran them fused into their producers; the file has them as nodes again
+    const Graph exported_lenet = import_onnx(saved).graph;
+    for (const Node& n : exported_lenet.nodes()) relus += n.kind == OpKind::Relu;
+    EXPECT_EQ(relus, 4u);
     const test::CommandResult nodir = test::run_command(std::string(JOULE_BINARY) + " train --model " + cnn + " --dataset synthetic --batch 4 --save /nonexistent/m.onnx 2>&1");
     EXPECT_NE(nodir.code, 0);
     EXPECT_NE(nodir.out.find("joule: error: --save /nonexistent/m.onnx: directory /nonexistent does not exist"), std::string::npos) << nodir.out;

@@ -321,6 +321,117 @@ TEST(Passes, DropoutMasksDoNotDependOnInsertedNodes) {
     EXPECT_EQ(masks[0], masks[1]);
 }
 
+size_t forward_activations(const Graph& g) {
+    size_t n = 0;
+    for (const Node& node : g.nodes()) n += node.phase == Phase::Forward && backward_reads_output(node.kind);
+    return n;
+}
+
+// The fuse pass folds every ReLU of LeNet-5 (conv and linear), ResNet-18 (batch norm, residual add) and
+// VGG-16 into its producer and none of MobileNetV2's ReLU6s (they follow batch norms, which fuse ReLU only).
+// A fused node writes the activation's output; the pre-activation tensor is neither written, read nor
+// stored, and the activation's backward reads the fused node's output.
+TEST(Passes, FusesActivationsIntoTheirProducers) {
+    for (const auto& [net, left] : {std::pair{"lenet5", 0}, {"resnet18", 0}, {"vgg16", 0}, {"mobilenet_v2", -1}}) {
+        Net n = build(net, 2, std::string(net) == "lenet5" ? 0 : 32);
+        const size_t before = forward_activations(n.train.graph);
+        const Graph unfused = n.train.graph;
+        LowerOptions lo;
+        lo.keep = {n.model.logits, n.model.loss};
+        const LoweredGraph lg = lower(std::move(n.train), Plan{}, lo);
+        const Graph& g = lg.train.graph;
+        const size_t after = forward_activations(g);
+        EXPECT_EQ(lg.fused, before - after) << net;
+        if (left == 0) EXPECT_EQ(after, 0u) << net;
+        else EXPECT_EQ(after, before) << net;
+        size_t fused = 0;
+        for (size_t k = 0; k < g.num_nodes(); ++k) {
+            const Node& node = g.node(NodeId(k));
+            if (node.post_op == OpKind::Count) continue;
+            ++fused;
+            const Node& act = unfused.node(unfused.tensor(node.outputs[0]).producer);  // the activation it replaced
+            EXPECT_EQ(act.kind, node.post_op) << node.name;
+            const TensorId pre = act.inputs[0];
+            EXPECT_EQ(unfused.node(unfused.tensor(pre).producer).name, node.name);
+            EXPECT_EQ(g.tensor(pre).producer, kNone) << node.name;
+            EXPECT_TRUE(g.consumers(pre).empty()) << node.name;
+            EXPECT_EQ(lg.memory.buffer_of[size_t(pre)], -1) << node.name;
+            bool backward_reads_it = false;
+            for (NodeId r : g.consumers(node.outputs[0])) backward_reads_it = backward_reads_it || g.node(r).kind == (node.post_op == OpKind::Relu ? OpKind::ReluBackward : OpKind::Relu6Backward);
+            EXPECT_TRUE(backward_reads_it) << node.name;
+        }
+        EXPECT_EQ(fused, lg.fused) << net;
+    }
+}
+
+// Fusion only where the result is the same graph computed with fewer passes: not when the pre-activation
+// has another reader, is kept, or lies on a device whose backend does not fuse (the emulated FPGA), not
+// for an activation the producer cannot take (batch norm with ReLU6).
+TEST(Passes, FusesOnlyWhereNothingElseSeesThePreActivation) {
+    Graph g;
+    const TensorId x = g.input("x", {{2, 3, 8, 8}, DType::F32, Layout::ChannelsLast});
+    auto conv = [&](TensorId in, const std::string& name) {
+        return g.add1(OpKind::Conv2d, ConvAttrs{.pad = {1, 1}}, {in, g.parameter(name + ".w", {{3, 3, 3, 3}}, Init::normal(0.2f))}, name);
+    };
+    const TensorId r1 = g.add1(OpKind::Relu, NoAttrs{}, {conv(x, "c1")}, "r1");                      // fused
+    const TensorId c2 = conv(r1, "c2"), r2 = g.add1(OpKind::Relu, NoAttrs{}, {c2}, "r2");          // c2 read twice
+    const TensorId s = g.add1(OpKind::Add, NoAttrs{}, {c2, r2}, "sum");
+    const TensorId c3 = conv(s, "c3"), r3 = g.add1(OpKind::Relu6, NoAttrs{}, {c3}, "r3");          // c3 kept
+    const auto bn = g.add(OpKind::BatchNorm2d, NormAttrs{},
+                          {r3, g.parameter("bn.g", {{3}}, Init::ones()), g.parameter("bn.b", {{3}}, Init::zeros()),
+                           g.state("bn.m", {{3}}, Init::zeros()), g.state("bn.v", {{3}}, Init::ones())}, "bn");
+    const TensorId r4 = g.add1(OpKind::Relu6, NoAttrs{}, {bn[0]}, "r4");                              // BN takes ReLU only
+    const TensorId c5 = conv(r4, "c5");
+    g.add1(OpKind::Relu, NoAttrs{}, {c5}, "r5");                                                       // on the FPGA
+    TrainGraph tg;
+    tg.graph = std::move(g);
+    const Plan plan = parse_plan(header(tg) + "entries:\n  - {node: \"c5\", device: \"fpga_emu:s10\"}\n  - {node: \"r5\", device: \"fpga_emu:s10\"}\n", "p.yaml");
+    LowerOptions lo;
+    lo.keep = {c3};
+    const LoweredGraph lg = lower(std::move(tg), plan, lo);
+    std::map<std::string, OpKind> post;
+    for (const Node& n : lg.train.graph.nodes()) post[n.name] = n.post_op;
+    EXPECT_EQ(lg.fused, 1u);
+    EXPECT_EQ(post.at("c1"), OpKind::Relu);
+    EXPECT_FALSE(post.count("r1"));
+    for (const char* unfused : {"c2", "c3", "bn", "c5"}) EXPECT_EQ(post.at(unfused), OpKind::Count) << unfused;
+    for (const char* kept : {"r2", "r3", "r4", "r5"}) EXPECT_TRUE(post.count(kept)) << kept;
+}
+
+// Training under the lowered (fused) graph follows training of the same graph unlowered, which runs every
+// activation as its own node: same initial parameters, same batches, losses step by step.
+TEST(Passes, FusedTrainingFollowsUnfusedTraining) {
+    for (const char* net : {"lenet5", "resnet18"}) {
+        std::vector<float> losses[2];
+        for (int fused = 0; fused < 2; ++fused) {
+            Net n = build(net, 2, std::string(net) == "lenet5" ? 0 : 32);
+            BackendSet backends({.threads = 2});
+            ExecutorOptions eo;
+            eo.seed = 3;
+            std::unique_ptr<Executor> ex;
+            std::optional<LoweredGraph> lg;  // outlives the executor
+            const TensorId loss = n.train.loss;
+            if (fused) {
+                LowerOptions lo;
+                lo.keep = {n.model.logits, n.model.loss};
+                lg = lower(TrainGraph(n.train), Plan{}, lo);
+                EXPECT_GT(lg->fused, 0u) << net;
+                ex = std::make_unique<Executor>(*lg, backends, eo);
+            } else {
+                eo.keep = {n.model.logits, n.model.loss};
+                ex = std::make_unique<Executor>(n.train.graph, backends.get("cpu"), eo);
+            }
+            data::SyntheticData synth(4);
+            for (int s = 0; s < 4; ++s) {
+                fill_synthetic(*ex, n.model, synth);
+                ex->run_all();
+                losses[fused].push_back(ex->f32(loss)[0]);
+            }
+        }
+        for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * std::fabs(losses[0][s])) << net << " step " << s;
+    }
+}
+
 // bf16 storage trains LeNet-5 for an epoch on Fashion-MNIST to within a point of f32 (same seed).
 
 }  // namespace

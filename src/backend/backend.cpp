@@ -37,6 +37,8 @@ Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, c
         return {};  // host backends keep their tensors in host memory
     }
     if (n.kind == OpKind::Cast) return {};
+    if (n.post_op != OpKind::Count && !fusable(n.kind, n.post_op))
+        return {false, std::string("no fused ") + op_name(n.kind) + "+" + op_name(n.post_op) + " kernel"};
     if (n.compute != DType::F32 && n.compute != DType::BF16)
         return {false, backend + " computes in f32 or bf16, not " + dtype_name(n.compute)};
     if (n.compute == DType::F32) return {};

@@ -15,24 +15,25 @@ struct Entry {
     bool built;
     const char* why_not;  // when not built or not runnable
     bool allreduce;       // runs the all-reduce nodes of a data-parallel job on its own memory
+    bool fuses;           // runs nodes with a fused activation (Node::post_op)
     std::unique_ptr<Backend> (*make)(const std::string& device, const BackendOptions&);
 };
 
 const Entry kBackends[] = {
-    {"cpu", true, "", true, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+    {"cpu", true, "", true, true, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
          return std::make_unique<cpu::CpuBackend>(o.threads, d);
      }},
-    {"reference", true, "", true, [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
+    {"reference", true, "", true, true, [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
          return std::make_unique<ReferenceBackend>(d);
      }},
-    {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", false, nullptr},
+    {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", false, false, nullptr},
 #ifdef JOULE_HAVE_FPGA_EMU
-    {"fpga_emu", true, "", false, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+    {"fpga_emu", true, "", false, false, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
          const auto it = o.settings.find(d);
          return std::make_unique<FpgaEmuBackend>(d, it == o.settings.end() ? std::map<std::string, std::string>{} : it->second);
      }},
 #else
-    {"fpga_emu", false, "this build has no emulated FPGA backend (configure with -DJOULE_ENABLE_FPGA_EMU=ON)", false, nullptr},
+    {"fpga_emu", false, "this build has no emulated FPGA backend (configure with -DJOULE_ENABLE_FPGA_EMU=ON)", false, false, nullptr},
 #endif
 };
 
@@ -70,6 +71,11 @@ DeviceStatus device_status(const std::string& device) {
 bool runs_allreduce(const std::string& device) {
     const Entry* e = find(parse_device(device).backend);
     return e && e->allreduce;
+}
+
+bool fuses_activations(const std::string& device) {
+    const Entry* e = find(parse_device(device).backend);
+    return e && e->fuses;
 }
 
 std::vector<std::string> runnable_backends() {

@@ -38,6 +38,9 @@ DeviceStatus device_status(const std::string& device);
 // Whether the device's backend runs the all-reduce nodes of a data-parallel job on its own memory (the
 // host backends, over MPI); the gradients of a device that does not are all-reduced on the host ("cpu").
 bool runs_allreduce(const std::string& device);
+// Whether the device's backend runs a node with a fused activation (Node::post_op); plan/'s fuse pass
+// fuses only there.
+bool fuses_activations(const std::string& device);
 // Backends this build can run, for messages and `joule nets`-style listings.
 std::vector<std::string> runnable_backends();
 

@@ -69,7 +69,7 @@ void print_single(const Graph& g, const predict::IterationPrediction& p, const p
     Table n({"#", "node", "op", "phase", "read", "written", "time us", "stall us", "util", "tiling", "occupancy"});
     for (const auto& x : p.nodes) {
         const Node& node = g.node(x.node);
-        n.add({std::to_string(x.node), node.name, op_name(node.kind), phase_name(node.phase), bytes_str(x.read_bytes), bytes_str(x.write_bytes),
+        n.add({std::to_string(x.node), node.name, op_label(node), phase_name(node.phase), bytes_str(x.read_bytes), bytes_str(x.write_bytes),
                fixed(x.time_s * 1e6, 2), fixed(x.stall_s * 1e6, 2), fixed(100 * x.utilisation, 0) + " %", x.tiling, bytes_str(x.occupancy_bytes)});
     }
     std::cout << "\nper node (modelled):\n";

@@ -34,7 +34,7 @@ void add_inspect(CLI::App& app) {
     cmd->add_flag("--json", *json, "machine-readable output");
     auto* plan = cmd->add_option("--plan", *plan_file, "plan file to apply (default: the built-in plan of --dtype / --dtype-scope)");
     for (const char* x : {"--dtype", "--dtype-scope"}) plan->excludes(x);
-    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, transfers, allreduce or memory");
+    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, allreduce, transfers, fuse or memory");
     auto dp = std::make_shared<std::pair<int, double>>(1, 25.0);  // processes, bucket MiB
     cmd->add_option("--processes", dp->first, "the graph one process of a data-parallel job of N runs (mpirun -np N joule train): --batch is the global batch")
         ->check(number_in(1, 1 << 20));
@@ -74,7 +74,7 @@ void add_inspect(CLI::App& app) {
                 nlohmann::json in = nlohmann::json::array(), out = nlohmann::json::array();
                 for (TensorId t : n.inputs) in.push_back({{"name", g.tensor(t).name}, {"desc", desc_str(g.tensor(t).desc)}});
                 for (TensorId t : n.outputs) out.push_back({{"name", g.tensor(t).name}, {"desc", desc_str(g.tensor(t).desc)}});
-                nodes.push_back({{"id", i}, {"name", n.name}, {"op", op_name(n.kind)}, {"phase", phase_name(n.phase)},
+                nodes.push_back({{"id", i}, {"name", n.name}, {"op", op_label(n)}, {"phase", phase_name(n.phase)},
                                  {"source", g.node(n.source).name}, {"device", n.device}, {"compute", dtype_name(n.compute)},
                                  {"plan_entry", lg.origin[i]}, {"inputs", in}, {"outputs", out},
                                  {"flops", c.flops}, {"bytes_read", c.bytes_read}, {"bytes_written", c.bytes_written},
@@ -87,6 +87,7 @@ void add_inspect(CLI::App& app) {
                                         {"plan", p.name},
                                         {"casts", lg.casts},
                                         {"transfers", lg.transfers},
+                                        {"fused_activations", lg.fused},
                                         {"processes", processes},
                                         {"allreduce_buckets", lg.allreduce_buckets},
                                         {"parameters", g.parameter_count()},
@@ -101,11 +102,11 @@ void add_inspect(CLI::App& app) {
         for (size_t i = 0; i < g.num_nodes(); ++i) {
             const Node& n = g.node(NodeId(i));
             const NodeCost c = node_cost(g, NodeId(i));
-            t.add({std::to_string(i), phase_name(n.phase), n.name, op_name(n.kind), n.device, dtype_name(n.compute), shapes(g, n.inputs),
+            t.add({std::to_string(i), phase_name(n.phase), n.name, op_label(n), n.device, dtype_name(n.compute), shapes(g, n.inputs),
                    shapes(g, n.outputs), fixed(c.flops / 1e6, 3), bytes_str(c.bytes_read), bytes_str(c.bytes_written)});
         }
         t.print(std::cout);
-        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers";
+        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers, " << lg.fused << " activations fused";
         if (processes > 1) std::cout << "; one of " << processes << " processes (batch " << cfg.batch << " each), " << lg.allreduce_buckets << " gradient bucket(s) all-reduced";
         std::cout << "; graph fingerprint " << print << "\n";
         std::cout << g.num_nodes() << " nodes, " << g.parameter_count() << " parameters; per iteration: " << si(total.total.flops, "FLOP")

@@ -29,6 +29,11 @@ NodeCost node_cost(const Graph& g, NodeId id) {
         if (n.kind == OpKind::LinearBackwardWeights && attrs_as<LinearAttrs>(n).bias) bias = double(in[0].numel());
         c.macs = (c.flops - bias) / 2;
     }
+    if (n.post_op != OpKind::Count) {  // a fused activation: its arithmetic, none of its memory traffic
+        Node act;
+        act.kind = n.post_op;
+        c.flops += op_info(act.kind).flops(act, {out[0]}, {out[0]});
+    }
     return c;
 }
 

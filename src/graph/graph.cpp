@@ -176,4 +176,10 @@ std::string shapes_of(const Graph& g, const Node& n) {
     return s;
 }
 
+std::string op_label(const Node& n) {
+    std::string s = op_name(n.kind);
+    if (n.post_op != OpKind::Count) s += std::string("+") + op_name(n.post_op);
+    return s;
+}
+
 }  // namespace joule

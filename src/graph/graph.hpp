@@ -69,6 +69,9 @@ struct Node {
     DType compute = DType::F32;    // precision the backend computes in (set by plan/'s decide pass)
     std::string device = "cpu";    // plan device "backend[:spec]" that runs it (set by plan/'s decide pass)
     std::optional<TensorDesc> grad_of;  // backward ops: desc of the forward tensor whose gradient output 0 is
+    // An activation folded into this node by plan/'s fuse pass (fusable()): output 0 holds post_op applied
+    // to the op's result. Count: none.
+    OpKind post_op = OpKind::Count;
 };
 
 class Graph {
@@ -134,5 +137,7 @@ const A& attrs_as(const Node& n) {
 // "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors (as
 // profiles store them and traces show them).
 std::string shapes_of(const Graph& g, const Node& n);
+// "Conv2d", or "Conv2d+Relu" for a node with a fused activation.
+std::string op_label(const Node& n);
 
 }  // namespace joule

@@ -218,6 +218,24 @@ inline bool gemm_may_write_f32(OpKind k) {
     return weight_gradient(k) || k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::Linear ||
            k == OpKind::LinearBackwardData || k == OpKind::MatMul;
 }
+// Activations whose backward reads the forward output Y instead of the input X: <Op>Backward(dY, Y).
+// True for those forward kinds and for their backward kinds.
+inline bool backward_reads_output(OpKind k) {
+    return k == OpKind::Relu || k == OpKind::Relu6 || k == OpKind::ReluBackward || k == OpKind::Relu6Backward;
+}
+
+// Whether activation `act` may be fused into a node of kind `producer` as the last step of its forward
+// (oneDNN's eltwise post-op on convolution, inner product, matmul and binary; batch normalization's
+// fuse_norm_relu flag, ReLU only). Only activations whose backward reads their output qualify (ReLU,
+// ReLU6): the pre-activation tensor is then never stored.
+inline bool fusable(OpKind producer, OpKind act) {
+    if (act != OpKind::Relu && act != OpKind::Relu6) return false;
+    switch (producer) {
+        case OpKind::Conv2d: case OpKind::Linear: case OpKind::MatMul: case OpKind::Add: return true;
+        case OpKind::BatchNorm2d: return act == OpKind::Relu;
+        default: return false;
+    }
+}
 
 struct Node;
 // Dropout's random stream: a hash of its seed attribute and the node's name (stable across passes).

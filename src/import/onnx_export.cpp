@@ -153,6 +153,20 @@ private:
         std::vector<std::string> in;
         for (TensorId t : n.inputs) in.push_back(operand(t));
         const std::string y = name_of(n.outputs[0]);
+        if (n.post_op == OpKind::Count) return op(n, in, y);
+        const std::string pre = unique(n.name + ".pre");  // a fused activation is the model's own node again
+        op(n, in, pre);
+        activation(n.post_op, n.name + "." + op_name(n.post_op), pre, y);
+    }
+
+    void activation(OpKind k, const std::string& nm, const std::string& x, const std::string& y) {
+        if (k == OpKind::Relu) emit("Relu", nm, {x}, {y});
+        else if (k == OpKind::Relu6) emit("Clip", nm, {x, float_constant(nm + ".min", 0.0f), float_constant(nm + ".max", 6.0f)}, {y});
+        else throw InternalError(std::string("export: no fused form for ") + op_name(k));
+    }
+
+    // Node n as its ONNX node(s), writing y.
+    void op(const Node& n, const std::vector<std::string>& in, const std::string& y) {
         const std::string& nm = n.name;
         switch (n.kind) {
             case OpKind::Conv2d: {
@@ -208,10 +222,9 @@ private:
                 if (a.alpha != 1.0f) emit("Mul", nm, {prod, float_constant(nm + ".alpha", a.alpha)}, {y});
                 return;
             }
-            case OpKind::Relu: emit("Relu", nm, in, {y}); return;
+            case OpKind::Relu: case OpKind::Relu6: activation(n.kind, nm, in[0], y); return;
             case OpKind::Sigmoid: emit("Sigmoid", nm, in, {y}); return;
             case OpKind::Tanh: emit("Tanh", nm, in, {y}); return;
-            case OpKind::Relu6: emit("Clip", nm, {in[0], float_constant(nm + ".min", 0.0f), float_constant(nm + ".max", 6.0f)}, {y}); return;
             case OpKind::Clip: {
                 const auto& a = attrs_as<ClipAttrs>(n);
                 emit("Clip", nm, {in[0], float_constant(nm + ".min", a.lo), float_constant(nm + ".max", a.hi)}, {y});

@@ -8,7 +8,7 @@
 
 namespace joule {
 
-const std::vector<std::string> kPassNames = {"decide", "casts", "allreduce", "transfers", "memory"};
+const std::vector<std::string> kPassNames = {"decide", "casts", "allreduce", "transfers", "fuse", "memory"};
 
 void check_pass_name(const std::string& name) {
     if (std::find(kPassNames.begin(), kPassNames.end(), name) != kPassNames.end()) return;
@@ -37,9 +37,10 @@ const std::string& tensor_device(const Graph& g, TensorId t) {
 
 namespace {
 
-// Rebuilds tg.graph node by node; `rewrite(node, g2)` may add nodes to g2 and rewire node's inputs before
-// the node itself is appended. Keeps sources pointing at the same nodes (added nodes take their
-// consumer's source: its layer) and recomputes the phase marks.
+// Rebuilds tg.graph node by node, in order; `rewrite(node, g2)` may add nodes to g2 and rewire node's
+// inputs and outputs before the node itself is appended, or (returning false) drop the node, which must
+// then be no node's source. Keeps sources pointing at the same nodes (added nodes take their consumer's
+// source: its layer) and recomputes the phase marks.
 template <class Rewrite>
 TrainGraph rebuild(TrainGraph tg, Rewrite rewrite) {
     const Graph& g = tg.graph;
@@ -48,7 +49,11 @@ TrainGraph rebuild(TrainGraph tg, Rewrite rewrite) {
     std::vector<NodeId> old_source;  // per node of g2: its source as an id of g (a source may come later: a cast's consumer)
     for (size_t k = 0; k < g.num_nodes(); ++k) {
         Node n = g.node(NodeId(k));
-        rewrite(n, g2);
+        if constexpr (std::is_same_v<decltype(rewrite(n, g2)), bool>) {
+            if (!rewrite(n, g2)) continue;
+        } else {
+            rewrite(n, g2);
+        }
         const NodeId src = n.source == kNone ? NodeId(k) : n.source;
         new_id[k] = g2.append(std::move(n));
         old_source.resize(g2.num_nodes(), src);  // the node and those added for it
@@ -211,6 +216,42 @@ TrainGraph insert_transfers(TrainGraph tg) {
     });
 }
 
+TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
+    Graph& g = tg.graph;
+    std::vector<bool> kept(g.num_tensors(), false);
+    for (TensorId t : keep) kept[size_t(t)] = true;
+    std::vector<NodeId> folded(g.num_nodes(), kNone);  // per activation: the producer it folds into
+    std::vector<std::pair<OpKind, TensorId>> fused(g.num_nodes(), {OpKind::Count, kNone});  // per producer: activation, its output
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& act = g.node(NodeId(k));
+        if (act.phase != Phase::Forward || act.inputs.size() != 1) continue;
+        const TensorId x = act.inputs[0];
+        const NodeId p = g.tensor(x).producer;
+        if (p == kNone) continue;
+        const Node& prod = g.node(p);
+        if (!fusable(prod.kind, act.kind) || prod.outputs[0] != x || fused[size_t(p)].second != kNone || g.consumers(x).size() != 1 || kept[size_t(x)] ||
+            g.tensor(x).role != TensorRole::Activation || !(g.tensor(x).desc == g.tensor(act.outputs[0]).desc) || prod.device != act.device ||
+            !fuses_activations(prod.device))
+            continue;
+        folded[k] = p;
+        fused[size_t(p)] = {act.kind, act.outputs[0]};
+    }
+    for (size_t k = 0; k < g.num_nodes(); ++k) {  // the activation's backward now belongs to the fused node's layer
+        Node& n = g.node(NodeId(k));
+        if (n.source != kNone && folded[size_t(n.source)] != kNone) n.source = folded[size_t(n.source)];
+    }
+    size_t k = 0;  // rebuild() rewrites the nodes in order
+    return rebuild(std::move(tg), [&](Node& n, Graph&) {
+        const size_t id = k++;
+        if (folded[id] != kNone) return false;
+        if (const auto [act, y] = fused[id]; y != kNone) {
+            n.outputs[0] = y;
+            n.post_op = act;
+        }
+        return true;
+    });
+}
+
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
     if (o.ranks < 1) throw Error("a data-parallel job has at least one process, got " + std::to_string(o.ranks));
     if (o.ranks == 1) return tg;
@@ -349,6 +390,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep) {
     std::map<std::string, std::vector<TensorId>> transient;  // per device
     for (size_t t = 0; t < nt; ++t) {
         const TensorId id = TensorId(t);
+        if (!owned[t] && first[t] < 0 && g.consumers(id).empty()) continue;  // fused away: nothing writes or reads it, not stored
         mp.bytes_if_unshared += g.tensor(id).desc.bytes();
         if (view[t].first != kNone) continue;  // placed with its bucket
         if (owned[t] || first[t] < 0) {  // persistent, kept, or never produced: a buffer of its own
@@ -426,13 +468,19 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     tg = insert_transfers(std::move(tg));
     lg.transfers = tg.graph.num_nodes() - reduced;
     dump("transfers", tg.graph);
+    const size_t unfused = tg.graph.num_nodes();
+    if (o.fuse) tg = fuse_activations(std::move(tg), o.keep);
+    lg.fused = unfused - tg.graph.num_nodes();
+    dump("fuse", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {
         *o.dump << "# memory plan after pass 'memory': " << lg.memory.buffers.size() << " buffers, " << lg.memory.bytes_total << " bytes (" << lg.memory.bytes_if_unshared
                 << " unshared)\n";
-        for (size_t t = 0; t < tg.graph.num_tensors(); ++t)
-            *o.dump << "  " << tg.graph.tensor(TensorId(t)).name << " -> buffer " << lg.memory.buffer_of[t] << " + " << lg.memory.offset_of[t]
-                    << " on " << lg.memory.buffers[size_t(lg.memory.buffer_of[t])].device << "\n";
+        for (size_t t = 0; t < tg.graph.num_tensors(); ++t) {
+            *o.dump << "  " << tg.graph.tensor(TensorId(t)).name;
+            if (lg.memory.buffer_of[t] < 0) *o.dump << " -> not stored (fused away)\n";
+            else *o.dump << " -> buffer " << lg.memory.buffer_of[t] << " + " << lg.memory.offset_of[t] << " on " << lg.memory.buffers[size_t(lg.memory.buffer_of[t])].device << "\n";
+        }
     }
     // an inserted node answers to the entry of the consumer it was inserted for (the next planned node)
     lg.origin.assign(tg.graph.num_nodes(), plan.origin);
@@ -456,7 +504,7 @@ void print_graph(std::ostream& os, const Graph& g) {
     };
     for (size_t k = 0; k < g.num_nodes(); ++k) {
         const Node& n = g.node(NodeId(k));
-        os << "  #" << k << " [" << phase_name(n.phase) << "] " << n.name << ": " << op_name(n.kind) << " @" << n.device << " "
+        os << "  #" << k << " [" << phase_name(n.phase) << "] " << n.name << ": " << op_label(n) << " @" << n.device << " "
            << dtype_name(n.compute) << " (" << descs(n.inputs) << ") -> (" << descs(n.outputs) << ")\n";
     }
 }

@@ -1,5 +1,5 @@
 // The pass pipeline that turns a TrainGraph and a Plan into the graph the executor runs. Each pass is a
-// pure function of its inputs, in DESIGN.md's order (layout and fusion come later). A cast or transfer a
+// pure function of its inputs, in DESIGN.md's order (layout comes later). A cast or transfer a
 // pass adds for an update's gradient is backward work, placed ahead of every update:
 //
 //   decide            the Plan's device and compute dtype onto every node (validating entries)
@@ -17,6 +17,10 @@
 //   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
 //                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
 //                     them in place (else their first reader)
+//   fuse_activations  a Relu or Relu6 folds into the node producing its input (Node::post_op) when that
+//                     node is fusable() with it, on a device whose backend fuses (fuses_activations), and
+//                     the activation is the input's only reader (its backward reads its output), same
+//                     storage, not kept; the pre-activation tensor is then neither written nor stored
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -46,7 +50,7 @@ struct MemoryPlan {
         size_t bytes = 0;
     };
     std::vector<Buffer> buffers;
-    std::vector<int32_t> buffer_of;  // per tensor id
+    std::vector<int32_t> buffer_of;  // per tensor id; -1: not stored (a fused-away tensor nothing writes or reads)
     std::vector<size_t> offset_of;   // per tensor id: byte offset inside its buffer (64-byte aligned)
     size_t bytes_total = 0;          // all buffers
     size_t bytes_if_unshared = 0;    // one buffer per tensor
@@ -59,6 +63,7 @@ struct LoweredGraph {
     std::vector<std::string> origin;                                  // per node: the plan entry or pass that decided it
     std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
+    size_t fused = 0;                                                 // activations folded into their producers
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };
 
@@ -70,7 +75,11 @@ struct AllReduceOptions {
 struct LowerOptions {
     std::vector<TensorId> keep;  // tensors the caller reads after a run (own buffers)
     AllReduceOptions allreduce;  // data-parallel training: the job's processes and bucket size
-    std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, memory
+    // The fuse pass. The planners' cost models (PlacementProblem::evaluate, amp_cost) describe the unfused
+    // graph, so joule plan and joule amp lower with it off and report exactly what they optimised; training
+    // fuses, and its cpu nodes then run a little faster than planned.
+    bool fuse = true;
+    std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, fuse, memory
     std::ostream* dump = nullptr;
 };
 
@@ -86,6 +95,7 @@ TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* ori
 TrainGraph insert_casts(TrainGraph tg, const Plan& plan);
 TrainGraph insert_transfers(TrainGraph tg);
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o);
+TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 
 // The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no

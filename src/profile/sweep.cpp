@@ -179,7 +179,7 @@ int run_sweep(Store& store, const SweepOptions& o, const std::function<void(cons
                         }
                         NodeRecord r;
                         r.node = node.name;
-                        r.op = op_name(node.kind);
+                        r.op = op_label(node);
                         r.category = bucket(op_info(node.kind).category);
                         r.phase = phase_name(node.phase);
                         r.shapes = shapes_of(g, node);

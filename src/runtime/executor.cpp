@@ -72,7 +72,8 @@ void Executor::setup(const MemoryPlan& mp, const std::vector<Backend*>& backend_
                     "use a smaller batch or input");
     for (const auto& b : mp.buffers) blocks_.push_back(std::make_unique<Block>(b.bytes));
     ptr_.assign(g_.num_tensors(), nullptr);
-    for (size_t t = 0; t < g_.num_tensors(); ++t) ptr_[t] = static_cast<std::byte*>(blocks_[size_t(mp.buffer_of[t])]->p) + mp.offset_of[t];
+    for (size_t t = 0; t < g_.num_tensors(); ++t)  // a tensor fused away has no storage (no node touches it)
+        if (mp.buffer_of[t] >= 0) ptr_[t] = static_cast<std::byte*>(blocks_[size_t(mp.buffer_of[t])]->p) + mp.offset_of[t];
     kernels_.resize(g_.num_nodes());
     node_device_.resize(g_.num_nodes());
     for (size_t n = 0; n < g_.num_nodes(); ++n) {
@@ -171,7 +172,14 @@ void Executor::run_forward(const RunContext& ctx) {
     }
 }
 
+namespace {
+void require_stored(const void* p, const Tensor& t) {
+    if (!p) throw InternalError("tensor '" + t.name + "' was fused away (never stored); keep it (LowerOptions::keep) to read it");
+}
+}  // namespace
+
 float* Executor::f32(TensorId t) {
+    require_stored(ptr_[size_t(t)], g_.tensor(t));
     if (g_.tensor(t).desc.dtype != DType::F32)
         throw InternalError("tensor '" + g_.tensor(t).name + "' is " + dtype_name(g_.tensor(t).desc.dtype) + ", not f32");
     return static_cast<float*>(ptr_[size_t(t)]);
@@ -179,6 +187,7 @@ float* Executor::f32(TensorId t) {
 
 std::vector<float> Executor::read_f32(TensorId t) const {
     const TensorDesc& d = g_.tensor(t).desc;
+    require_stored(ptr_[size_t(t)], g_.tensor(t));
     std::vector<float> v(size_t(d.numel()));
     if (d.dtype == DType::F32) {
         std::memcpy(v.data(), ptr_[size_t(t)], v.size() * 4);

@@ -32,19 +32,22 @@ std::string conv_key(const ConvAttrs& a, const ConvShapes& s, dt type) {
            std::to_string(a.dilation[1]) + "g" + std::to_string(a.groups) + (a.bias ? "b" : "") + "t" + std::to_string(int(type));
 }
 
-convolution_forward::primitive_desc forward_pd(const engine& eng, const ConvAttrs& a, const ConvShapes& s, dt type) {
+// attr: a fused activation (the forward node's; the backward nodes' hint has none)
+convolution_forward::primitive_desc forward_pd(const engine& eng, const ConvAttrs& a, const ConvShapes& s, dt type,
+                                               const primitive_attr& attr = {}) {
     const Geometry g = geometry(a);
     const memory::desc src = md_of(s.x, type), wei = weights_md(s.w.shape, a.groups, type, true), dst = md_of(s.y);
     if (a.bias) {
         const memory::desc bias({s.w.shape[0]}, dt::f32, tag::a);
-        return {{prop_kind::forward_training, algorithm::convolution_direct, src, wei, bias, dst, g.strides, g.dilates, g.pad_l, g.pad_r}, eng};
+        return {{prop_kind::forward_training, algorithm::convolution_direct, src, wei, bias, dst, g.strides, g.dilates, g.pad_l, g.pad_r}, attr, eng};
     }
-    return {{prop_kind::forward_training, algorithm::convolution_direct, src, wei, dst, g.strides, g.dilates, g.pad_l, g.pad_r}, eng};
+    return {{prop_kind::forward_training, algorithm::convolution_direct, src, wei, dst, g.strides, g.dilates, g.pad_l, g.pad_r}, attr, eng};
 }
 
 std::unique_ptr<Kernel> conv_forward(const KernelArgs& a, const ConvAttrs& at, dt type) {
     const ConvShapes s{a.in_desc(0), a.in_desc(1), a.out_desc(0)};
-    auto e = a.ctx.cache.get<convolution_forward>(conv_key(at, s, type), [&] { return forward_pd(a.ctx.engine, at, s, type); });
+    auto e = a.ctx.cache.get<convolution_forward>(conv_key(at, s, type) + post_op_key(a.node),
+                                                  [&] { return forward_pd(a.ctx.engine, at, s, type, post_op_attr(a.node)); });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     memory x = reordered_input(*k, a.ctx, a.mem(md_of(s.x), a.in[0]), e->pd.src_desc());
     memory w = reordered_input(*k, a.ctx, a.mem(weights_md(s.w.shape, at.groups, type, false), a.in[1]), e->pd.weights_desc());

@@ -48,6 +48,18 @@ dt compute_type(DType compute) {
 
 std::string key_of(const TensorDesc& d) { return desc_str(d); }
 
+dnnl::primitive_attr post_op_attr(const Node& n) {
+    dnnl::primitive_attr attr;
+    if (n.post_op == OpKind::Count) return attr;
+    dnnl::post_ops po;
+    if (n.post_op == OpKind::Relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    else if (n.post_op == OpKind::Relu6) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, 0.0f, 6.0f);
+    else throw InternalError(std::string("no oneDNN post-op for ") + op_name(n.post_op));
+    attr.set_post_ops(po);
+    return attr;
+}
+std::string post_op_key(const Node& n) { return n.post_op == OpKind::Count ? "" : std::string("+") + op_name(n.post_op); }
+
 void PrimitiveKernel::run_steps() {
     try {
         for (auto& s : steps_) s.prim.execute(ctx_.stream, s.args);

@@ -43,12 +43,21 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
         return eltwise_forward::primitive_desc({prop_kind::forward_training, alg.alg, cdata, alg.alpha, alg.beta}, a.ctx.engine);
     });
     if (forward) return src_to_dst_kernel(a, fwd->prim, data, type);
+    // ReluBackward / Relu6Backward read the forward output (graph/ops.hpp backward_reads_output)
+    const bool from_dst = backward_reads_output(a.node.kind);
+    const algorithm bwd_alg = !from_dst ? alg.alg : alg.alg == algorithm::eltwise_relu ? algorithm::eltwise_relu_use_dst_for_bwd
+                                                                                       : algorithm::eltwise_clip_v2_use_dst_for_bwd;
+    const std::string bkey = key + (from_dst ? "dst" : "src");
+    auto hint = a.ctx.cache.get<eltwise_forward>(bkey, [&] {
+        return eltwise_forward::primitive_desc({prop_kind::forward_training, bwd_alg, cdata, alg.alpha, alg.beta}, a.ctx.engine);
+    });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
-    auto e = a.ctx.cache.get<eltwise_backward>(key, [&] {
-        return eltwise_backward::primitive_desc({alg.alg, cdata, cdata, alg.alpha, alg.beta}, a.ctx.engine, fwd->pd);
+    auto e = a.ctx.cache.get<eltwise_backward>(bkey, [&] {
+        return eltwise_backward::primitive_desc({bwd_alg, cdata, cdata, alg.alpha, alg.beta}, a.ctx.engine, hint->pd);
     });
-    k->add(e->prim, {{DNNL_ARG_DIFF_DST, compute_input(a, data, a.in[0], type)}, {DNNL_ARG_SRC, compute_input(a, data, a.in[1], type)},
+    k->add(e->prim, {{DNNL_ARG_DIFF_DST, compute_input(a, data, a.in[0], type)},
+                     {from_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, compute_input(a, data, a.in[1], type)},
                      {DNNL_ARG_DIFF_SRC, outs.add(a, data, a.out[0], type)}});
     outs.finish(*k);
     return k;
@@ -63,8 +72,9 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
     const TensorDesc& b = a.in_desc(1);
     const memory::desc s0 = md_of(a.in_desc(0)), s1 = md_of(padded_to_rank(b.shape, a.in_desc(0).shape.size()), b.layout, dnnl_type(b.dtype)),
                        d = md_of(a.out_desc(0));
-    auto e = a.ctx.cache.get<binary>(key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(int(alg)) + "t" + std::to_string(int(type)), [&] {
-        return binary::primitive_desc({alg, with_type(s0, type), with_type(s1, type), with_type(d, type)}, a.ctx.engine);
+    const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + std::to_string(int(alg)) + "t" + std::to_string(int(type)) + post_op_key(a.node);
+    auto e = a.ctx.cache.get<binary>(key, [&] {
+        return binary::primitive_desc({alg, with_type(s0, type), with_type(s1, type), with_type(d, type)}, post_op_attr(a.node), a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;

@@ -23,6 +23,10 @@ inline dnnl::memory::desc md_of(const TensorDesc& d) { return md_of(d.shape, d.l
 inline dnnl::memory::desc md_of(const TensorDesc& d, dt type) { return md_of(d.shape, d.layout, type); }
 dt compute_type(DType compute);  // f32 or bf16; throws for unsupported ones
 std::string key_of(const TensorDesc& d);  // for primitive-cache keys
+// The node's fused activation (Node::post_op) as a oneDNN eltwise post-op (empty attributes without one),
+// and the primitive-cache key suffix that tells the two apart.
+dnnl::primitive_attr post_op_attr(const Node& n);
+std::string post_op_key(const Node& n);
 
 // Everything a kernel factory gets.
 struct KernelArgs {

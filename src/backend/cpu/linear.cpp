@@ -16,12 +16,13 @@ memory::desc matrix_md(const TensorDesc& d, dt type) { return {{d.numel() / d.sh
 memory::desc matrix_md(const TensorDesc& d) { return matrix_md(d, dnnl_type(d.dtype)); }
 
 // dst_type: the output's storage (the compute type, or f32 written directly by a bf16 product).
+// attr: a fused activation (the forward node's; the backward nodes' hint has none).
 inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool bias, const TensorDesc& x, const TensorDesc& w, dt type,
-                                                        dt dst_type) {
+                                                        dt dst_type, const primitive_attr& attr = {}) {
     const memory::desc src = matrix_md(x, type), wei(to_dims(w.shape), type, tag::ab);
     const memory::desc dst({x.numel() / x.shape.back(), w.shape[0]}, dst_type, tag::ab);
-    if (bias) return {{prop_kind::forward_training, src, wei, memory::desc({w.shape[0]}, dt::f32, tag::a), dst}, eng};
-    return {{prop_kind::forward_training, src, wei, dst}, eng};
+    if (bias) return {{prop_kind::forward_training, src, wei, memory::desc({w.shape[0]}, dt::f32, tag::a), dst}, attr, eng};
+    return {{prop_kind::forward_training, src, wei, dst}, attr, eng};
 }
 
 std::string linear_key(bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
@@ -40,8 +41,8 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
     if (a.node.kind == OpKind::Linear) {
         const TensorDesc &x = a.in_desc(0), &w = a.in_desc(1);
         const dt y_type = dnnl_type(a.out_desc(0).dtype);
-        const std::string key = linear_key(bias, x, w, type) + (y_type == type ? "" : "y" + std::to_string(int(y_type)));
-        auto e = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type, y_type); });
+        const std::string key = linear_key(bias, x, w, type) + (y_type == type ? "" : "y" + std::to_string(int(y_type))) + post_op_key(a.node);
+        auto e = a.ctx.cache.get<inner_product_forward>(key, [&] { return linear_forward_pd(a.ctx.engine, bias, x, w, type, y_type, post_op_attr(a.node)); });
         std::unordered_map<int, memory> args = {
             {DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(matrix_md(x), a.in[0]), e->pd.src_desc())},
             {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(w_plain, a.in[1]), e->pd.weights_desc())},
@@ -98,9 +99,9 @@ std::unique_ptr<Kernel> make_matmul(const KernelArgs& a) {
     const memory::desc A = batched_md(a.in_desc(0), at.trans_a, type), B = batched_md(a.in_desc(1), at.trans_b, type);
     const memory::desc C = batched_md(a.out_desc(0), false, dnnl_type(a.out_desc(0).dtype));  // f32 where a bf16 product writes f32
     const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + key_of(a.out_desc(0)) + std::to_string(at.trans_a) +
-                            std::to_string(at.trans_b) + std::to_string(at.alpha) + std::to_string(int(type));
+                            std::to_string(at.trans_b) + std::to_string(at.alpha) + std::to_string(int(type)) + post_op_key(a.node);
     auto e = a.ctx.cache.get<matmul>(key, [&] {
-        primitive_attr attr;
+        primitive_attr attr = post_op_attr(a.node);
         if (at.alpha != 1.0f) attr.set_output_scales(0, {at.alpha});
         const memory::desc src = type == dt::f32 ? A : plain3(A, type), wei = type == dt::f32 ? B : plain3(B, type);
         return matmul::primitive_desc({src, wei, C}, attr, a.ctx.engine);

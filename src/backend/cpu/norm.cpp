@@ -2,6 +2,8 @@
 // normalisation primitives with separate scale and shift. BatchNorm updates the running statistics
 // after each training forward as PyTorch does (unbiased variance into the running estimate). In bf16
 // the data tensors are bf16; statistics, scale and shift stay f32 (oneDNN's bf16 normalisation).
+// A fused ReLU (Node::post_op) is oneDNN's fuse_norm_relu flag; the workspace (a mask of the ReLU) that
+// training forward writes is the kernel's own: ReluBackward reads the output instead.
 #include "backend/cpu/kernels.hpp"
 
 namespace joule::cpu {
@@ -18,13 +20,15 @@ public:
         const TensorDesc& x = a.in_desc(0);
         const dt type = compute_type(a.node.compute);
         const memory::desc data = md_of(x), cdata = with_type(data, type);
-        const std::string key = norm_key(x, attrs_, type);
+        JOULE_ASSERT(a.node.post_op == OpKind::Count || a.node.post_op == OpKind::Relu, "batch norm fuses ReLU only");
+        const normalization_flags flags = a.node.post_op == OpKind::Relu ? kScaleShift | normalization_flags::fuse_norm_relu : kScaleShift;
+        const std::string key = norm_key(x, attrs_, type) + post_op_key(a.node);
         auto train = a.ctx.cache.get<batch_normalization_forward>(key, [&] {
-            return batch_normalization_forward::primitive_desc({prop_kind::forward_training, cdata, attrs_.eps, kScaleShift}, a.ctx.engine);
+            return batch_normalization_forward::primitive_desc({prop_kind::forward_training, cdata, attrs_.eps, flags}, a.ctx.engine);
         });
         auto infer = a.ctx.cache.get<batch_normalization_forward>(key + "inference", [&] {
             return batch_normalization_forward::primitive_desc(
-                {prop_kind::forward_inference, cdata, attrs_.eps, kScaleShift | normalization_flags::use_global_stats}, a.ctx.engine);
+                {prop_kind::forward_inference, cdata, attrs_.eps, flags | normalization_flags::use_global_stats}, a.ctx.engine);
         });
         const memory::desc c({x.shape[1]}, dt::f32, tag::a);
         channels_ = x.shape[1];
@@ -42,6 +46,7 @@ public:
                                                     {DNNL_ARG_DST, outs.add(a, data, a.out[0], type)},
                                                     {DNNL_ARG_MEAN, a.mem(c, training ? a.out[1] : a.in[3])},
                                                     {DNNL_ARG_VARIANCE, a.mem(c, training ? a.out[2] : a.in[4])}};
+            if (training && a.node.post_op != OpKind::Count) args[DNNL_ARG_WORKSPACE] = memory(train->pd.workspace_desc(), a.ctx.engine);
             k->add(training ? train->prim : infer->prim, args);
             outs.finish(*k);
         }

@@ -51,6 +51,7 @@ Support FpgaEmuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
     if (n.kind != OpKind::Transfer && !predict::fpga_runs(n.kind))
         return {false, std::string("no FPGA kernel for ") + op_name(n.kind) + " (it runs on the host)"};
+    if (n.post_op != OpKind::Count) return {false, std::string("no FPGA kernel with a fused ") + op_name(n.post_op) + " (the fuse pass leaves FPGA nodes unfused)"};
     if (n.compute == DType::BF16 && !model_.has(DType::BF16)) return {false, spec().name + " has no bf16 arithmetic"};
     return functional_.supports(g, id);  // the dtype contract: f32 or bf16 operands, f32 losses and updates
 }

@@ -27,7 +27,8 @@ double activation(const Node& n, double x) {
     }
 }
 
-// f'(x) of the forward op whose backward is k.
+// f'(x) of the forward op whose backward is k; for ReluBackward and Relu6Backward the argument is the
+// forward output y, for which the same test holds (y > 0 iff x > 0, 0 < y < 6 iff 0 < x < 6).
 double derivative(const Node& n, double x) {
     switch (n.kind) {
         case OpKind::SqrtBackward: return 0.5 / std::sqrt(x);
@@ -74,6 +75,16 @@ std::unique_ptr<Kernel> dropout(const Op& op) {
 }
 }  // namespace
 
+std::unique_ptr<Kernel> with_post_op(std::unique_ptr<Kernel> k, const Op& op) {
+    Node act;
+    act.kind = op.node.post_op;
+    const Buf y = op.out[0];
+    return loop([k = std::shared_ptr<Kernel>(std::move(k)), act, y](const RunContext& rc) {
+        k->run(rc);
+        for (int64_t i = 0; i < y.numel(); ++i) y.set(i, activation(act, y.get(i)));
+    });
+}
+
 std::unique_ptr<Kernel> make_eltwise(const Op& op) {
     const OpKind k = op.kind();
     switch (k) {
@@ -85,7 +96,7 @@ std::unique_ptr<Kernel> make_eltwise(const Op& op) {
             });
         }
         case OpKind::ReluBackward: case OpKind::Relu6Backward: case OpKind::GeluBackward: case OpKind::SigmoidBackward:
-        case OpKind::TanhBackward: case OpKind::SqrtBackward: case OpKind::PowBackward: case OpKind::ClipBackward: {  // (dY, X) -> dX
+        case OpKind::TanhBackward: case OpKind::SqrtBackward: case OpKind::PowBackward: case OpKind::ClipBackward: {  // (dY, X or Y) -> dX
             const Buf dy = op.in[0], x = op.in[1], dx = op.out[0];
             const Node n = op.node;
             return loop([=](const RunContext&) {

@@ -80,5 +80,9 @@ std::unique_ptr<Kernel> make_shape(const Op& op);    // Concat, Slice, SliceBack
 std::unique_ptr<Kernel> make_loss(const Op& op);     // Softmax(+Backward), Embedding(+Backward), SoftmaxCrossEntropy(+Backward)
 std::unique_ptr<Kernel> make_update(const Op& op);   // SgdUpdate, AdamUpdate
 std::unique_ptr<Kernel> make_convert(const Op& op);  // Cast, Transfer
+// The kernel of op's kind (ignoring a fused activation).
+std::unique_ptr<Kernel> kernel_for(const Op& op, const Graph& g, NodeId id, const std::vector<void*>& inputs, const std::vector<void*>& outputs);
+// k, then the node's fused activation (Node::post_op) applied to output 0 in place.
+std::unique_ptr<Kernel> with_post_op(std::unique_ptr<Kernel> k, const Op& op);
 
 }  // namespace joule::reference

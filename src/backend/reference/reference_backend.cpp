@@ -121,6 +121,13 @@ std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, con
     Op op{n, {}, {}};
     for (size_t i = 0; i < inputs.size(); ++i) op.in.push_back({g.tensor(n.inputs[i]).desc, inputs[i]});
     for (size_t i = 0; i < outputs.size(); ++i) op.out.push_back({g.tensor(n.outputs[i]).desc, outputs[i]});
+    std::unique_ptr<Kernel> k = kernel_for(op, g, id, inputs, outputs);
+    return n.post_op == OpKind::Count ? std::move(k) : with_post_op(std::move(k), op);
+}
+
+namespace reference {
+std::unique_ptr<Kernel> kernel_for(const Op& op, const Graph& g, NodeId id, const std::vector<void*>& inputs, const std::vector<void*>& outputs) {
+    const Node& n = op.node;
     switch (n.kind) {
         case OpKind::Conv2d: case OpKind::ConvBackwardData: case OpKind::ConvBackwardWeights: return make_conv(op);
         case OpKind::Linear: case OpKind::LinearBackwardData: case OpKind::LinearBackwardWeights: case OpKind::MatMul:
@@ -148,5 +155,6 @@ std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, con
     }
     throw InternalError("no reference kernel for " + std::string(op_name(n.kind)));
 }
+}  // namespace reference
 
 }  // namespace joule

@@ -1,7 +1,10 @@
 // Elementwise ops.
 //   Relu(x) = max(x, 0)      Relu6(x) = min(max(x, 0), 6)      Gelu(x) = x Phi(x) (erf form)
 //   Sigmoid(x) = 1 / (1 + e^-x)   Tanh(x)   Sqrt(x)   Pow(x) = x^c (PowAttrs)   Clip(x) = min(max(x, lo), hi)
-//   Backward: dX = <Op>Backward(dY, X) = dY * f'(X).
+//   Backward: dX = <Op>Backward(dY, X) = dY * f'(X); Relu and Relu6 read their output instead,
+//   <Op>Backward(dY, Y): y > 0 exactly where x > 0 and 0 < y < 6 where 0 < x < 6, so the gradient is the
+//   same everywhere (kinks included), and the input need not outlive the forward op (which lets plan/'s
+//   fuse pass fold the activation into its producer).
 // Binary ops: B broadcasts to A (numpy rules), Y has A's shape; a broadcast B's gradient is summed back
 // to B's shape (SumTo).
 // Add(A, B) = A + B: dA = dY, dB = dY.   Mul(A, B) = A * B: dA = dY * B, dB = dY * A.
@@ -45,7 +48,8 @@ Descs shape_Eltwise(const Node&, const Descs& in) {
 }
 double flops_Eltwise(const Node& n, const Descs& in, const Descs&) { return cost_per_element(n.kind) * numel(in[0]); }
 void grad_Eltwise(GradBuilder& b, const Node& n) {
-    b.accumulate(n.inputs[0], b.emit(backward_of(n.kind), n.attrs, {b.dy(0), n.inputs[0]}, "bwd", n.inputs[0])[0]);  // Pow's exponent goes along
+    const TensorId saved = backward_reads_output(n.kind) ? n.outputs[0] : n.inputs[0];
+    b.accumulate(n.inputs[0], b.emit(backward_of(n.kind), n.attrs, {b.dy(0), saved}, "bwd", n.inputs[0])[0]);  // Pow's exponent goes along
 }
 
 Descs shape_EltwiseBackward(const Node&, const Descs& in) {
