@@ -13,7 +13,8 @@ database, read back with `joule profile --report --json`. Reported (median over 
 - fused: in the new build, the nodes whose op is fused (`Conv2d+Relu`): their time, against the same-named
   nodes' time in the old build plus the old build's forward activations that the new build no longer runs;
 - activation backward: ReluBackward + Relu6Backward;
-- tensors: `joule train --json`'s buffer_bytes (the memory plan's size; deterministic).
+- tensors: `joule train --json`'s buffer_bytes (the memory plan's size; deterministic);
+- with --by-op: per op (`Conv2d+Relu`, `AdamUpdate`, ...) the summed time of its nodes in each build.
 --json FILE writes the rows.
 """
 import argparse
@@ -56,6 +57,7 @@ def main():
     ap.add_argument('--new', required=True)
     ap.add_argument('--repeats', type=int, default=2)
     ap.add_argument('--iters', type=int, default=5)
+    ap.add_argument('--by-op', action='store_true')
     ap.add_argument('--json')
     ap.add_argument('configs', nargs='+', metavar='net:batch:dtype')
     args = ap.parse_args()
@@ -90,11 +92,16 @@ def main():
             'tensors_old_mib': tensor_bytes(args.old, net, batch, dtype) / 2**20,
             'tensors_new_mib': tensor_bytes(args.new, net, batch, dtype) / 2**20,
         }
+        ops = sorted({n['op'] for b in runs for c in runs[b] for n in c['nodes']})
+        row['by_op_ms'] = {op: [med(b, lambda n, op=op: n['op'] == op) for b in ('old', 'new')] for op in ops}
         rows.append(row)
         print(f"{spec}: {row['fused_nodes']} fused | fused ops {row['fused_old_ms']:.1f} -> {row['fused_new_ms']:.1f} ms"
               f" | activation backward {row['act_backward_old_ms']:.1f} -> {row['act_backward_new_ms']:.1f} ms"
-              f" | step {row['step_old_ms']:.1f} -> {row['step_new_ms']:.1f} ms"
+              f" | step {row['step_old_ms']:.2f} -> {row['step_new_ms']:.2f} ms"
               f" | tensors {row['tensors_old_mib']:.1f} -> {row['tensors_new_mib']:.1f} MiB", flush=True)
+        if args.by_op:
+            for op, (old_ms, new_ms) in sorted(row['by_op_ms'].items(), key=lambda kv: -kv[1][0]):
+                print(f"    {op:32s} {old_ms:9.3f} -> {new_ms:9.3f} ms")
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(rows, f, indent=1)

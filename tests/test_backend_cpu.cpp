@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <random>
 
@@ -11,8 +13,11 @@
 #include "graph/autodiff.hpp"
 #include "graph/error.hpp"
 #include "backend/registry.hpp"
+#include "data/dataset.hpp"
 #include "plan/passes.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/trainer.hpp"
+#include "zoo/zoo.hpp"
 
 namespace joule {
 namespace {
@@ -325,7 +330,8 @@ TEST(CpuBackend, OutOfRangeLabelIsAnError) {
     const TensorId z = g.parameter("z", {{2, 3}}, Init::ones());
     const TensorId labels = g.input("labels", {{2}, DType::I32}, TensorRole::Label);
     g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{}, {z, labels}, "loss");
-    cpu::CpuBackend cpu(1);
+    cpu::CpuBackend cpu(2);
+    ASSERT_TRUE(cpu::CpuBackend::serial(g, 0));  // and the small node that throws leaves the thread count as it was
     Executor ex(g, cpu);
     ex.i32(labels)[1] = 3;
     try {
@@ -334,6 +340,36 @@ TEST(CpuBackend, OutOfRangeLabelIsAnError) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("label 3 at position 1 is outside [0, 3)"), std::string::npos) << e.what();
     }
+    EXPECT_EQ(omp_get_max_threads(), 2);
+}
+
+// Small nodes run on one thread (CpuBackend::serial): LeNet-5 at batch 2 has both kinds; its training
+// follows the run with every node on both threads, and the thread count is back at 2 after every step.
+TEST(CpuBackend, SmallNodesOnOneThreadTrainLikeAllThreads) {
+    zoo::NetConfig cfg;
+    cfg.batch = 2;
+    cfg.classes = 10;
+    zoo::Model m = zoo::build("lenet5", cfg);
+    const TrainGraph tg = build_train_graph(zoo::Model(m).graph, m.loss, OptimizerConfig::adam(1e-3f));
+    size_t serial = 0;
+    for (size_t n = 0; n < tg.graph.num_nodes(); ++n) serial += cpu::CpuBackend::serial(tg.graph, NodeId(n));
+    EXPECT_GT(serial, 10u);                        // updates of biases, the loss, fc3 ...
+    EXPECT_LT(serial, tg.graph.num_nodes() - 5);   // ... but not conv2 and its gradients
+    std::vector<float> losses[2], weights[2];
+    for (int small_serial = 0; small_serial < 2; ++small_serial) {
+        cpu::CpuBackend cpu(2, "cpu", small_serial == 1);
+        Executor ex(tg.graph, cpu, {{m.loss}, 5});
+        data::SyntheticData synth(4);
+        for (int s = 0; s < 3; ++s) {
+            fill_synthetic(ex, m, synth);
+            ex.run_all();
+            EXPECT_EQ(omp_get_max_threads(), 2);
+            losses[small_serial].push_back(ex.f32(m.loss)[0]);
+        }
+        weights[small_serial] = ex.read_f32(*tg.graph.find_tensor("conv1.weight"));
+    }
+    for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 1e-5 * std::fabs(losses[0][s])) << "step " << s;
+    for (size_t i = 0; i < weights[0].size(); ++i) ASSERT_NEAR(weights[1][i], weights[0][i], 1e-5) << i;
 }
 
 }  // namespace

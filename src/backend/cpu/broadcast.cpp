@@ -17,16 +17,17 @@ void expand_loop(const T* x, T* y, const Shape& out, const memory::dims& ys, con
     int64_t n = 1;
     for (int64_t d : out) n *= d;
     const size_t r = out.size();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        int64_t rest = i, yo = 0, xo = 0;
-        for (size_t k = r; k-- > 0;) {
-            const int64_t c = rest % out[k];
-            rest /= out[k];
-            yo += c * ys[k], xo += c * xs[k];
+    parallel_chunks(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            int64_t rest = i, yo = 0, xo = 0;
+            for (size_t k = r; k-- > 0;) {
+                const int64_t c = rest % out[k];
+                rest /= out[k];
+                yo += c * ys[k], xo += c * xs[k];
+            }
+            y[yo] = store(scale * load(x[xo]));
         }
-        y[yo] = store(scale * load(x[xo]));
-    }
+    });
 }
 }  // namespace
 

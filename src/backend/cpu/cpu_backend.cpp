@@ -5,6 +5,7 @@
 #include "backend/collective.hpp"
 #include "backend/cpu/cores.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "graph/cost.hpp"
 
 namespace joule::cpu {
 
@@ -60,13 +61,21 @@ dnnl::primitive_attr post_op_attr(const Node& n) {
 }
 std::string post_op_key(const Node& n) { return n.post_op == OpKind::Count ? "" : std::string("+") + op_name(n.post_op); }
 
-void PrimitiveKernel::run_steps() {
-    try {
-        for (auto& s : steps_) s.prim.execute(ctx_.stream, s.args);
-        ctx_.stream.wait();
-    } catch (const dnnl::error& e) {
-        throw InternalError(std::string("oneDNN failed to execute a prepared primitive: ") + e.what());
+void PrimitiveKernel::add(dnnl::primitive p, const std::unordered_map<int, dnnl::memory>& args) {
+    Step s{std::move(p), {}, {}};
+    for (const auto& [arg, m] : args) {
+        s.memories.push_back(m);
+        s.args.push_back({arg, m.get()});
     }
+    steps_.push_back(std::move(s));
+}
+
+void PrimitiveKernel::run_steps() {
+    for (const Step& s : steps_)
+        if (const dnnl_status_t st = dnnl_primitive_execute(s.prim.get(), ctx_.stream.get(), int(s.args.size()), s.args.data()); st != dnnl_success)
+            throw InternalError("oneDNN failed to execute a prepared primitive (status " + std::to_string(int(st)) + ")");
+    if (const dnnl_status_t st = dnnl_stream_wait(ctx_.stream.get()); st != dnnl_success)
+        throw InternalError("oneDNN stream wait failed (status " + std::to_string(int(st)) + ")");
 }
 void PrimitiveKernel::run(const RunContext&) { run_steps(); }
 
@@ -116,7 +125,8 @@ std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primi
     return k;
 }
 
-CpuBackend::CpuBackend(int threads, std::string device) : device_(std::move(device)), ctx_(std::make_unique<CpuContext>()) {
+CpuBackend::CpuBackend(int threads, std::string device, bool serial_small_nodes)
+    : device_(std::move(device)), serial_small_nodes_(serial_small_nodes), ctx_(std::make_unique<CpuContext>()) {
     if (threads < 0) throw Error("thread count must be >= 0, got " + std::to_string(threads));
     threads_ = threads > 0 ? threads : usable_cores();  // the affinity mask, not omp_get_num_procs()
     omp_set_num_threads(threads_);
@@ -137,8 +147,51 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
     return check_dtypes(g, id, gemm_may_write_f32(n.kind) ? OperandMask(0b1) : OperandMask(0));
 }
 
+namespace {
+// OpenMP's thread count for oneDNN and the loops (omp_get_max_threads) set to n while in scope.
+class ThreadCount {
+public:
+    explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+    ~ThreadCount() { omp_set_num_threads(saved_); }
+    ThreadCount(const ThreadCount&) = delete;
+    ThreadCount& operator=(const ThreadCount&) = delete;
+
+private:
+    int saved_;
+};
+
+// A small node's kernel, run with the one thread its primitives were created for.
+class SerialKernel : public Kernel {
+public:
+    explicit SerialKernel(std::unique_ptr<Kernel> k) : k_(std::move(k)) {}
+    void run(const RunContext& ctx) override {
+        ThreadCount one(1);
+        k_->run(ctx);
+    }
+
+private:
+    std::unique_ptr<Kernel> k_;
+};
+}  // namespace
+
+bool CpuBackend::serial(const Graph& g, NodeId id) {
+    const OpKind k = g.node(id).kind;
+    if (k == OpKind::AllReduceStart || k == OpKind::AllReduceWait) return false;  // MPI's, not a loop of ours
+    const NodeCost c = node_cost(g, id);
+    return c.bytes_read + c.bytes_written <= kSerialBytes && c.flops <= kSerialFlops;
+}
+
 std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs,
                                             const std::vector<void*>& outputs) {
+    if (serial_small_nodes_ && threads_ > 1 && serial(g, id)) {
+        ThreadCount one(1);  // its primitives are created for one thread
+        return std::make_unique<SerialKernel>(prepare_kernel(g, id, inputs, outputs));
+    }
+    return prepare_kernel(g, id, inputs, outputs);
+}
+
+std::unique_ptr<Kernel> CpuBackend::prepare_kernel(const Graph& g, NodeId id, const std::vector<void*>& inputs,
+                                                   const std::vector<void*>& outputs) {
     const Node& n = g.node(id);
     const Support s = supports(g, id);
     if (!s.ok) throw Error("op '" + n.name + "' (" + op_name(n.kind) + "): " + s.reason);

@@ -4,6 +4,8 @@
 // with the same shape (repeated residual blocks) share one primitive.
 #pragma once
 
+#include <omp.h>
+
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -13,7 +15,9 @@
 
 namespace joule::cpu {
 
-// Shape-keyed cache of primitive descriptors and primitives.
+// Shape-keyed cache of primitive descriptors and primitives. oneDNN decomposes a primitive's work for the
+// thread count at its creation and must run with that count, so the key includes it (small nodes'
+// primitives are created and run on one thread: see CpuBackend::serial).
 class PrimitiveCache {
 public:
     template <class Prim>
@@ -24,7 +28,7 @@ public:
     // Returns the cached entry for `key`, creating it with make() -> Prim::primitive_desc on a miss.
     template <class Prim, class Make>
     std::shared_ptr<Entry<Prim>> get(const std::string& key, Make make) {
-        const std::string k = std::string(typeid(Prim).name()) + "|" + key;
+        const std::string k = std::string(typeid(Prim).name()) + "|" + std::to_string(omp_get_max_threads()) + "|" + key;
         auto it = map_.find(k);
         if (it != map_.end()) return std::static_pointer_cast<Entry<Prim>>(it->second);
         typename Prim::primitive_desc pd = make();
@@ -46,17 +50,27 @@ struct CpuContext {
 
 class CpuBackend : public Backend {
 public:
-    explicit CpuBackend(int threads = 0, std::string device = "cpu");  // 0: all cores
+    // threads 0: all cores. serial_small_nodes false: every node on all threads (tests and
+    // bench/node_overhead.cpp compare the two).
+    explicit CpuBackend(int threads = 0, std::string device = "cpu", bool serial_small_nodes = true);
     const std::string& device() const override { return device_; }
     Support supports(const Graph& g, NodeId n) const override;
     std::unique_ptr<Kernel> prepare(const Graph& g, NodeId n, const std::vector<void*>& inputs,
                                     const std::vector<void*>& outputs) override;
     int threads() const override { return threads_; }
     CpuContext& context() { return *ctx_; }
+    // Whether node n is so small that it runs on the calling thread alone (its primitives created and run
+    // with one thread): at most kSerialBytes of traffic and kSerialFlops. On this project's 2-vCPU machine an
+    // OpenMP parallel region costs ~3.5 us of fork and join, a 16-element op alone ~0.3 us, and one core
+    // is faster than two up to these sizes (bench/node_overhead.cpp, README).
+    static bool serial(const Graph& g, NodeId n);
+    static constexpr double kSerialBytes = 128 * 1024, kSerialFlops = 512 * 1024;
 
 private:
+    std::unique_ptr<Kernel> prepare_kernel(const Graph& g, NodeId n, const std::vector<void*>& inputs, const std::vector<void*>& outputs);
     std::string device_;
     int threads_;
+    bool serial_small_nodes_;
     std::unique_ptr<CpuContext> ctx_;
 };
 

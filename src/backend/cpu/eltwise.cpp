@@ -91,12 +91,13 @@ void dropout_loop(const T* x, T* y, T* mask, int64_t n, int64_t first, uint64_t 
     auto load = [](T v) { if constexpr (std::is_same_v<T, float>) return v; else return bf16_to_f32(v); };
     auto store = [](float v) { if constexpr (std::is_same_v<T, float>) return v; else return f32_to_bf16(v); };
     const float keep_scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        const float m = dropout_keeps(base, first + i, p) ? keep_scale : 0.0f;
-        mask[i] = store(m);
-        y[i] = store(load(x[i]) * m);
-    }
+    parallel_chunks(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const float m = dropout_keeps(base, first + i, p) ? keep_scale : 0.0f;
+            mask[i] = store(m);
+            y[i] = store(load(x[i]) * m);
+        }
+    });
 }
 }  // namespace
 

@@ -1,6 +1,9 @@
 // Internal to backend/cpu: memory-descriptor helpers and the kernel factories, one per op family file.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -41,11 +44,12 @@ struct KernelArgs {
     dnnl::memory mem(const dnnl::memory::desc& md, void* p) const { return dnnl::memory(md, ctx.engine, p); }
 };
 
-// A kernel running a list of (primitive, arguments) steps on the context's stream.
+// A kernel running a list of (primitive, arguments) steps on the context's stream. The arguments are
+// turned into oneDNN's C argument array once, here: the C++ execute() would build one per call.
 class PrimitiveKernel : public Kernel {
 public:
     explicit PrimitiveKernel(CpuContext& ctx) : ctx_(ctx) {}
-    void add(dnnl::primitive p, std::unordered_map<int, dnnl::memory> args) { steps_.push_back({std::move(p), std::move(args)}); }
+    void add(dnnl::primitive p, const std::unordered_map<int, dnnl::memory>& args);
     void run(const RunContext&) override;
 
 protected:
@@ -53,7 +57,8 @@ protected:
     CpuContext& ctx_;
     struct Step {
         dnnl::primitive prim;
-        std::unordered_map<int, dnnl::memory> args;
+        std::vector<dnnl::memory> memories;  // owns what args point to
+        std::vector<dnnl_exec_arg_t> args;
     };
     std::vector<Step> steps_;
 };
@@ -84,6 +89,24 @@ private:
 
 // A one-input one-output primitive (eltwise, softmax forward) with casts to and from `type`.
 std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primitive& prim, const dnnl::memory::desc& data, dt type);
+
+// f(begin, end) over [0, n) in one static chunk per OpenMP thread, or f(0, n) directly when one thread is
+// allowed (a small node: CpuBackend::serial). The loops written here go through it because
+// `#pragma omp parallel for` starts a team (~1 us) even for one thread.
+template <class F>
+void parallel_chunks(int64_t n, F&& f) {
+    const int nthr = omp_get_max_threads();
+    if (nthr == 1 || n < 2) {
+        f(int64_t(0), n);
+        return;
+    }
+#pragma omp parallel num_threads(nthr)
+    {
+        const int64_t t = omp_get_thread_num(), chunk = (n + omp_get_num_threads() - 1) / omp_get_num_threads();
+        const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+        if (begin < end) f(begin, end);
+    }
+}
 
 // A kernel written as a plain loop (ops oneDNN has no primitive for).
 class FunctionKernel : public Kernel {

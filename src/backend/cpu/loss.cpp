@@ -49,8 +49,9 @@ std::unique_ptr<Kernel> make_embedding(const KernelArgs& a) {
         const int64_t n = a.in_desc(0).numel(), vocab = a.in_desc(1).shape[0], dim = a.in_desc(1).shape[1];
         return std::make_unique<FunctionKernel>([=](const RunContext&) {
             check_indices(idx, n, vocab, name, "index");
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * dim, table + int64_t(idx[i]) * dim, size_t(dim) * sizeof(float));
+            parallel_chunks(n, [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) std::memcpy(y + i * dim, table + int64_t(idx[i]) * dim, size_t(dim) * sizeof(float));
+            });
         });
     }
     const float* dy = static_cast<const float*>(a.in[0]);
@@ -84,18 +85,22 @@ std::unique_ptr<Kernel> make_cross_entropy(const KernelArgs& a) {
         return std::make_unique<FunctionKernel>([=](const RunContext&) {
             check_indices(labels, n, c, name, "label");
             double total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-            for (int64_t i = 0; i < n; ++i) {
-                const float* z = logits + i * c;
-                float* p = probs + i * c;
-                float m = z[0];
-                for (int64_t j = 1; j < c; ++j) m = std::max(m, z[j]);
-                double s = 0;
-                for (int64_t j = 0; j < c; ++j) s += std::exp(double(z[j] - m));
-                const double log_s = std::log(s);
-                for (int64_t j = 0; j < c; ++j) p[j] = float(std::exp(double(z[j] - m) - log_s));
-                total += log_s - double(z[labels[i]] - m);
-            }
+            parallel_chunks(n, [&](int64_t begin, int64_t end) {
+                double part = 0;
+                for (int64_t i = begin; i < end; ++i) {
+                    const float* z = logits + i * c;
+                    float* p = probs + i * c;
+                    float m = z[0];
+                    for (int64_t j = 1; j < c; ++j) m = std::max(m, z[j]);
+                    double s = 0;
+                    for (int64_t j = 0; j < c; ++j) s += std::exp(double(z[j] - m));
+                    const double log_s = std::log(s);
+                    for (int64_t j = 0; j < c; ++j) p[j] = float(std::exp(double(z[j] - m) - log_s));
+                    part += log_s - double(z[labels[i]] - m);
+                }
+#pragma omp atomic
+                total += part;
+            });
             loss[0] = float(total / double(n));
         });
     }
@@ -107,9 +112,10 @@ std::unique_ptr<Kernel> make_cross_entropy(const KernelArgs& a) {
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         check_indices(labels, n, c, name, "label");
         const float s = dloss[0] / float(n);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t j = 0; j < c; ++j) dz[i * c + j] = s * (probs[i * c + j] - (j == labels[i] ? 1.0f : 0.0f));
+        parallel_chunks(n, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i)
+                for (int64_t j = 0; j < c; ++j) dz[i * c + j] = s * (probs[i * c + j] - (j == labels[i] ? 1.0f : 0.0f));
+        });
     });
 }
 

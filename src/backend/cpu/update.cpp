@@ -16,15 +16,19 @@ std::unique_ptr<Kernel> make_update(const KernelArgs& a) {
         return std::make_unique<FunctionKernel>([=](const RunContext& ctx) {
             const float lr = at.lr * ctx.lr_scale, wd = at.weight_decay, mom = at.momentum, gs = ctx.grad_scale;
             if (v) {
-#pragma omp parallel for simd schedule(static)
-                for (int64_t i = 0; i < n; ++i) {
-                    const float gi = gs * g[i] + wd * p[i];
-                    v[i] = mom * v[i] + gi;
-                    p[i] -= lr * v[i];
-                }
+                parallel_chunks(n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+                    for (int64_t i = begin; i < end; ++i) {
+                        const float gi = gs * g[i] + wd * p[i];
+                        v[i] = mom * v[i] + gi;
+                        p[i] -= lr * v[i];
+                    }
+                });
             } else {
-#pragma omp parallel for simd schedule(static)
-                for (int64_t i = 0; i < n; ++i) p[i] -= lr * (gs * g[i] + wd * p[i]);
+                parallel_chunks(n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+                    for (int64_t i = begin; i < end; ++i) p[i] -= lr * (gs * g[i] + wd * p[i]);
+                });
             }
         });
     }
@@ -38,14 +42,16 @@ std::unique_ptr<Kernel> make_update(const KernelArgs& a) {
         const float wd = at.decoupled ? 0.0f : at.weight_decay, decay = at.decoupled ? 1.0f - lr * at.weight_decay : 1.0f;
         const float c1 = 1.0f - std::pow(b1, float(t)), c2 = 1.0f - std::pow(b2, float(t));
         const float step_size = lr / c1, inv_sqrt_c2 = 1.0f / std::sqrt(c2);
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-            p[i] *= decay;
-            const float gi = gs * g[i] + wd * p[i];
-            m[i] = b1 * m[i] + (1 - b1) * gi;
-            v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-            p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
-        }
+        parallel_chunks(n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+            for (int64_t i = begin; i < end; ++i) {
+                p[i] *= decay;
+                const float gi = gs * g[i] + wd * p[i];
+                m[i] = b1 * m[i] + (1 - b1) * gi;
+                v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+                p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+            }
+        });
     });
 }
 
