@@ -247,9 +247,9 @@ inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
-// Whether dropout keeps element i in a run whose base is mix64(stream + RunContext::run), for drop probability p.
-inline bool dropout_keeps(uint64_t step_base, int64_t i, float p) {
-    return mix64(step_base + uint64_t(i)) >= uint64_t(double(p) * 18446744073709551615.0);
-}
+// Dropout keeps element i of a run whose base is mix64(stream + RunContext::run) when
+// mix64(base + i) >= dropout_threshold(p), p the drop probability.
+inline uint64_t dropout_threshold(float p) { return uint64_t(double(p) * 18446744073709551615.0); }
+inline bool dropout_keeps(uint64_t step_base, int64_t i, float p) { return mix64(step_base + uint64_t(i)) >= dropout_threshold(p); }
 
 }  // namespace joule
