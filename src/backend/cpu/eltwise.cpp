@@ -87,22 +87,27 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
 namespace {
 // y = x * mask and the mask over elements [begin, end) (counter first + i), f32 or bf16 storage: the mask is
 // dropout_keeps() written out (graph/ops.hpp). Compiled twice, picked once at load time: for x86-64-v4
-// (AVX-512, where the counter hash's 64-bit multiplies vectorise: ~4x) and for the baseline.
+// (AVX-512, where the counter hash's 64-bit multiplies vectorise: ~4x) and for the baseline (x86-64 only).
+#if defined(__x86_64__)
+#define JOULE_X86_64_V4_CLONE __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define JOULE_X86_64_V4_CLONE
+#endif
 struct DropoutRun {
     int64_t first;
     uint64_t base, threshold;
     float scale;
 };
-__attribute__((target_clones("arch=x86-64-v4", "default"))) void dropout_f32(const float* __restrict x, float* __restrict y, float* __restrict mask,
-                                                                               int64_t begin, int64_t end, DropoutRun r) {
+JOULE_X86_64_V4_CLONE void dropout_f32(const float* __restrict x, float* __restrict y, float* __restrict mask, int64_t begin, int64_t end,
+                                       DropoutRun r) {
     for (int64_t i = begin; i < end; ++i) {
         const float m = mix64(r.base + uint64_t(r.first + i)) >= r.threshold ? r.scale : 0.0f;
         mask[i] = m;
         y[i] = x[i] * m;
     }
 }
-__attribute__((target_clones("arch=x86-64-v4", "default"))) void dropout_bf16(const uint16_t* __restrict x, uint16_t* __restrict y,
-                                                                                uint16_t* __restrict mask, int64_t begin, int64_t end, DropoutRun r) {
+JOULE_X86_64_V4_CLONE void dropout_bf16(const uint16_t* __restrict x, uint16_t* __restrict y, uint16_t* __restrict mask, int64_t begin,
+                                        int64_t end, DropoutRun r) {
     for (int64_t i = begin; i < end; ++i) {
         const float m = mix64(r.base + uint64_t(r.first + i)) >= r.threshold ? r.scale : 0.0f;
         mask[i] = f32_to_bf16(m);
