@@ -86,7 +86,7 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
 
 namespace {
 // y = x * mask and the mask over elements [begin, end) (counter first + i), f32 or bf16 storage: the mask is
-// dropout_keeps() written out (graph/ops.hpp). Compiled twice, picked once at load time: for x86-64-v4
+// dropout_keeps() (graph/ops.hpp), the reference's test. Compiled twice, picked once at load time: for x86-64-v4
 // (AVX-512, where the counter hash's 64-bit multiplies vectorise: ~4x) and for the baseline (x86-64 only).
 #if defined(__x86_64__)
 #define JOULE_X86_64_V4_CLONE __attribute__((target_clones("arch=x86-64-v4", "default")))
@@ -95,13 +95,13 @@ namespace {
 #endif
 struct DropoutRun {
     int64_t first;
-    uint64_t base, threshold;
-    float scale;
+    uint64_t base;
+    float p, scale;
 };
 JOULE_X86_64_V4_CLONE void dropout_f32(const float* __restrict x, float* __restrict y, float* __restrict mask, int64_t begin, int64_t end,
                                        DropoutRun r) {
     for (int64_t i = begin; i < end; ++i) {
-        const float m = mix64(r.base + uint64_t(r.first + i)) >= r.threshold ? r.scale : 0.0f;
+        const float m = dropout_keeps(r.base, r.first + i, r.p) ? r.scale : 0.0f;
         mask[i] = m;
         y[i] = x[i] * m;
     }
@@ -109,7 +109,7 @@ JOULE_X86_64_V4_CLONE void dropout_f32(const float* __restrict x, float* __restr
 JOULE_X86_64_V4_CLONE void dropout_bf16(const uint16_t* __restrict x, uint16_t* __restrict y, uint16_t* __restrict mask, int64_t begin,
                                         int64_t end, DropoutRun r) {
     for (int64_t i = begin; i < end; ++i) {
-        const float m = mix64(r.base + uint64_t(r.first + i)) >= r.threshold ? r.scale : 0.0f;
+        const float m = dropout_keeps(r.base, r.first + i, r.p) ? r.scale : 0.0f;
         mask[i] = f32_to_bf16(m);
         y[i] = f32_to_bf16(bf16_to_f32(x[i]) * m);
     }
@@ -130,7 +130,7 @@ std::unique_ptr<Kernel> make_dropout(const KernelArgs& a) {
             else std::fill_n(static_cast<float*>(mask), n, 1.0f);
             return;
         }
-        const DropoutRun r{rc.shard * n, mix64(stream + rc.run), dropout_threshold(at.p), 1.0f / (1.0f - at.p)};
+        const DropoutRun r{rc.shard * n, mix64(stream + rc.run), at.p, 1.0f / (1.0f - at.p)};
         parallel_chunks(n, [&](int64_t begin, int64_t end) {
             if (bf16) dropout_bf16(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), static_cast<uint16_t*>(mask), begin, end, r);
             else dropout_f32(static_cast<const float*>(x), static_cast<float*>(y), static_cast<float*>(mask), begin, end, r);
