@@ -152,7 +152,7 @@ TEST(Amp, CastModelMatchesTheLoweredGraphAndTheOptimumIsNeverSlower) {
                                 campo = campo_assignment(g, c, k), optimal = optimal_assignment(g, c, k);
         for (const auto& [name, x] : {std::pair{"greedy", greedy}, std::pair{"autocast", autocast}, std::pair{"campo", campo}, std::pair{"optimal", optimal}}) {
             // the cast model is what the passes do: the lowered plan costs exactly amp_cost
-            const LoweredGraph lg = lower(TrainGraph(tg), amp_plan(tg, x, c, name), {.fuse = false});
+            const LoweredGraph lg = lower(TrainGraph(tg), amp_plan(tg, x, c, name), {.layout = false, .fuse = false});
             double lowered = predict::graph_cost(lg.train.graph, d).total.seconds;
             if (std::find(x.begin(), x.end(), true) != x.end()) lowered += k.mixed;  // f16's loss scaling, once
             EXPECT_NEAR(amp_cost(g, x, c, k), lowered, 1e-9 * lowered) << device << " " << name;

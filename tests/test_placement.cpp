@@ -52,7 +52,7 @@ TrainGraph random_net(std::mt19937& rng, int hidden) {
 }
 
 // the planner's evaluation describes the lowering without the fuse pass (LowerOptions::fuse)
-Schedule simulated(const TrainGraph& tg, const SystemModel& sys, const Plan& plan) { return simulate(lower(TrainGraph(tg), plan, {.fuse = false}), sys); }
+Schedule simulated(const TrainGraph& tg, const SystemModel& sys, const Plan& plan) { return simulate(lower(TrainGraph(tg), plan, {.layout = false, .fuse = false}), sys); }
 
 void expect_same(const Outcome& o, const Schedule& s, const std::string& what) {
     EXPECT_NEAR(o.seconds, s.seconds, 1e-12 + 1e-9 * s.seconds) << what;
@@ -116,7 +116,7 @@ TEST(Placement, TheFastEvaluationWithPrecisionsIsTheSimulationOfTheLoweredPlan) 
                     }
                 const Outcome o = pp.evaluate(p);
                 const std::string what = std::string(name) + " trial " + std::to_string(trial);
-                const LoweredGraph lg = lower(TrainGraph(tg), pp.plan_of(p, "test"), {.fuse = false});
+                const LoweredGraph lg = lower(TrainGraph(tg), pp.plan_of(p, "test"), {.layout = false, .fuse = false});
                 expect_same(o, simulate(lg, sys), what);
                 EXPECT_EQ(size_t(o.casts), lg.casts) << what;
                 EXPECT_NEAR(o.loss_scaling_seconds, simulate(lg, sys).loss_scaling_seconds, 1e-15) << what;

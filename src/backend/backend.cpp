@@ -1,5 +1,7 @@
 #include "backend/backend.hpp"
 
+#include <algorithm>
+
 namespace joule {
 
 const char* time_source_name(TimeSource s) { return s == TimeSource::Measured ? "measured" : "modelled"; }
@@ -50,6 +52,12 @@ Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, c
         }
     if (n.kind == OpKind::Embedding || n.kind == OpKind::EmbeddingBackward) return {false, "embedding gathers and scatter-adds run on the f32 table"};
     return {};
+}
+
+bool has_blocked_operand(const Graph& g, NodeId id) {
+    const Node& n = g.node(id);
+    auto blocked = [&](TensorId t) { return g.tensor(t).desc.layout == Layout::Blocked; };
+    return std::any_of(n.inputs.begin(), n.inputs.end(), blocked) || std::any_of(n.outputs.begin(), n.outputs.end(), blocked);
 }
 
 bool supports_in(const Backend& backend, const Graph& g, NodeId id, DType dtype) {

@@ -74,6 +74,14 @@ public:
     virtual TimeSource time_source() const { return TimeSource::Measured; }
 };
 
+// The storage layouts a backend's kernels want for a node's operands, per input and per output (nullopt:
+// no wish, any layout the node's kernels read); plan/'s layout pass asks (registry.hpp: layout_wishes).
+struct LayoutWishes {
+    std::vector<std::optional<TensorDesc>> inputs, outputs;
+};
+// Whether any operand of node n is stored in a blocked layout (backends that read none refuse such nodes).
+bool has_blocked_operand(const Graph& g, NodeId n);
+
 // The dtype contract of graph/ops.hpp every backend checks in supports(): each floating-point input
 // and output is stored in the node's compute dtype, except the op's f32 operands (OpInfo::f32_inputs /
 // f32_outputs), which are f32; outputs in `f32_allowed` may also be stored in f32 (a kernel that writes

@@ -17,12 +17,13 @@ struct Entry {
     bool allreduce;       // runs the all-reduce nodes of a data-parallel job on its own memory
     bool fuses;           // runs nodes with a fused activation (Node::post_op)
     std::unique_ptr<Backend> (*make)(const std::string& device, const BackendOptions&);
+    LayoutWishes (*wishes)(const Graph&, NodeId) = nullptr;  // the layouts its kernels want (none: no wishes)
 };
 
 const Entry kBackends[] = {
     {"cpu", true, "", true, true, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
          return std::make_unique<cpu::CpuBackend>(o.threads, d);
-     }},
+     }, &cpu::CpuBackend::layout_wishes},
     {"reference", true, "", true, true, [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
          return std::make_unique<ReferenceBackend>(d);
      }},
@@ -76,6 +77,13 @@ bool runs_allreduce(const std::string& device) {
 bool fuses_activations(const std::string& device) {
     const Entry* e = find(parse_device(device).backend);
     return e && e->fuses;
+}
+
+LayoutWishes layout_wishes(const Graph& g, NodeId id) {
+    const Node& n = g.node(id);
+    const Entry* e = find(parse_device(n.device).backend);
+    if (e && e->built && e->wishes) return e->wishes(g, id);
+    return {std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
 }
 
 std::vector<std::string> runnable_backends() {

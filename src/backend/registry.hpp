@@ -41,6 +41,9 @@ bool runs_allreduce(const std::string& device);
 // Whether the device's backend runs a node with a fused activation (Node::post_op); plan/'s fuse pass
 // fuses only there.
 bool fuses_activations(const std::string& device);
+// The layouts the device's backend wants for node n's operands (plan/'s layout pass); none for a device
+// this build cannot run.
+LayoutWishes layout_wishes(const Graph& g, NodeId n);
 // Backends this build can run, for messages and `joule nets`-style listings.
 std::vector<std::string> runnable_backends();
 

@@ -75,7 +75,7 @@ void add_amp(CLI::App& app) {
             r.plan.fingerprint = fingerprint(tg);
             r.plan.model = f->net.net, r.plan.batch = f->net.batch;
             for (bool b : x) r.low += b;
-            const LoweredGraph lg = lower(TrainGraph(tg), r.plan, {.fuse = false});  // what amp_cost describes
+            const LoweredGraph lg = lower(TrainGraph(tg), r.plan, {.layout = false, .fuse = false});  // what amp_cost describes
             r.casts = lg.casts;
             if (r.low > 0) r.predicted_s += k.mixed;  // f16's loss scaling
             const predict::GraphCost cost = predict::graph_cost(lg.train.graph, d);

@@ -34,7 +34,7 @@ void add_inspect(CLI::App& app) {
     cmd->add_flag("--json", *json, "machine-readable output");
     auto* plan = cmd->add_option("--plan", *plan_file, "plan file to apply (default: the built-in plan of --dtype / --dtype-scope)");
     for (const char* x : {"--dtype", "--dtype-scope"}) plan->excludes(x);
-    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, allreduce, transfers, fuse or memory");
+    cmd->add_option("--dump-after", *dump_after, "print the graph after this pass and stop: decide, casts, allreduce, transfers, layout, fuse or memory");
     auto dp = std::make_shared<std::pair<int, double>>(1, 25.0);  // processes, bucket MiB
     cmd->add_option("--processes", dp->first, "the graph one process of a data-parallel job of N runs (mpirun -np N joule train): --batch is the global batch")
         ->check(number_in(1, 1 << 20));

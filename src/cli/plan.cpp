@@ -43,7 +43,7 @@ struct Planned {
 Row run(const TrainGraph& tg, const SystemModel& sys, const Planned& p) {
     Row r{place(tg, sys, p.strategy), {}, {}};
     if (p.amp) r.placed = with_precision(tg, sys, r.placed, *p.amp);
-    r.lg = lower(TrainGraph(tg), r.placed.plan, {.fuse = false});  // what the planner's evaluation describes
+    r.lg = lower(TrainGraph(tg), r.placed.plan, {.layout = false, .fuse = false});  // what the planner's evaluation describes
     r.s = simulate(r.lg, sys);
     return r;
 }

@@ -142,7 +142,7 @@ NodeId Graph::append(Node node) {
     for (size_t i = 0; i < out.size(); ++i) {
         const Tensor& t = tensor(node.outputs[i]);
         JOULE_ASSERT(t.producer == kNone, where + ": output '" + t.name + "' already has a producer");
-        JOULE_ASSERT(t.desc.shape == out[i].shape && t.desc.layout == out[i].layout,
+        JOULE_ASSERT(t.desc.shape == out[i].shape && (t.desc.layout == out[i].layout || t.desc.layout == Layout::Blocked),
                      where + ": output '" + t.name + "' is " + desc_str(t.desc) + ", the shape rule gives " + desc_str(out[i]));
     }
     return push_node(std::move(node));
@@ -176,7 +176,13 @@ std::string shapes_of(const Graph& g, const Node& n) {
     return s;
 }
 
+bool is_dtype_cast(const Graph& g, NodeId id) {
+    const Node& n = g.node(id);
+    return n.kind == OpKind::Cast && g.tensor(n.inputs[0]).desc.dtype != g.tensor(n.outputs[0]).desc.dtype;
+}
+
 std::string op_label(const Node& n) {
+    if (n.kind == OpKind::Cast && attrs_as<CastAttrs>(n).reorder) return "Reorder";  // with a cast or not: the name says
     std::string s = op_name(n.kind);
     if (n.post_op != OpKind::Count) s += std::string("+") + op_name(n.post_op);
     return s;

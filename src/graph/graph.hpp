@@ -106,7 +106,8 @@ public:
     // then append() the nodes again in a valid order, rewired or interleaved with new ones.
     Graph tensors_only() const;
     // Appends a node whose outputs already exist as tensors of this graph (without producers). Its shape
-    // rule must give those tensors' shapes and layouts; dtypes may differ (passes set storage dtypes).
+    // rule must give those tensors' shapes and layouts; dtypes may differ (passes set storage dtypes), and
+    // so may a blocked layout (plan/'s layout pass stores a kernel's output in the layout it writes).
     NodeId append(Node node);
     std::optional<TensorId> find_tensor(const std::string& name) const;
     int64_t parameter_count() const;  // elements over all Parameter tensors
@@ -139,5 +140,7 @@ const A& attrs_as(const Node& n) {
 std::string shapes_of(const Graph& g, const Node& n);
 // "Conv2d", or "Conv2d+Relu" for a node with a fused activation.
 std::string op_label(const Node& n);
+// A Cast node that changes the dtype (with a reorder in it or not); a pure reorder (plan/'s layout pass) is not.
+bool is_dtype_cast(const Graph& g, NodeId n);
 
 }  // namespace joule

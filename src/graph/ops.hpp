@@ -138,9 +138,14 @@ struct AdamAttrs {
     bool decoupled = false;  // AdamW: p *= 1 - lr wd before the step, and the gradient gets no wd p
 };
 
-// Cast(X) = X converted to `to` (round to nearest even); gradient: a cast back.
+// Cast(X) = X converted to `to` (round to nearest even); gradient: a cast back. With `reorder` (plan/'s
+// layout pass) the output is also stored in another layout, `layout` / `blocking`: a reorder, or a cast
+// and a reorder in one pass over the tensor.
 struct CastAttrs {
     DType to = DType::F32;
+    bool reorder = false;
+    Layout layout = Layout::Plain;
+    Blocking blocking;
 };
 // Transfer(X) = X copied from device `from` to device `to` (plan device names, "backend[:spec]");
 // gradient: a transfer back.

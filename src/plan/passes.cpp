@@ -8,7 +8,7 @@
 
 namespace joule {
 
-const std::vector<std::string> kPassNames = {"decide", "casts", "allreduce", "transfers", "fuse", "memory"};
+const std::vector<std::string> kPassNames = {"decide", "casts", "allreduce", "transfers", "layout", "fuse", "memory"};
 
 void check_pass_name(const std::string& name) {
     if (std::find(kPassNames.begin(), kPassNames.end(), name) != kPassNames.end()) return;
@@ -214,6 +214,128 @@ TrainGraph insert_transfers(TrainGraph tg) {
             n.inputs[i] = it->second;
         }
     });
+}
+
+namespace {
+bool same_layout(const TensorDesc& a, const TensorDesc& b) { return a.layout == b.layout && a.blocking == b.blocking; }
+TensorDesc with_layout_of(TensorDesc d, const TensorDesc& like) {
+    d.layout = like.layout, d.blocking = like.blocking;
+    return d;
+}
+bool is_update(OpKind k) { return k == OpKind::SgdUpdate || k == OpKind::AdamUpdate; }
+bool plain_cast(const Node& n) { return n.kind == OpKind::Cast && !attrs_as<CastAttrs>(n).reorder; }
+}  // namespace
+
+TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* reorders) {
+    Graph& g = tg.graph;
+    const size_t nn = g.num_nodes(), nt = g.num_tensors();
+    std::vector<LayoutWishes> wish(nn);
+    bool any = false;
+    for (size_t k = 0; k < nn; ++k) {
+        wish[k] = layout_wishes(g, NodeId(k));
+        for (const auto& w : wish[k].inputs) any = any || w.has_value();
+        for (const auto& w : wish[k].outputs) any = any || w.has_value();
+    }
+    if (reorders) *reorders = 0;
+    if (!any) return tg;
+    std::vector<bool> kept(nt, false);
+    for (TensorId t : keep) kept[size_t(t)] = true;
+    std::vector<TensorDesc> natural(nt);  // every tensor's layout before this pass: what a reader without a wish reads
+    for (size_t t = 0; t < nt; ++t) natural[t] = g.tensor(TensorId(t)).desc;
+    // The layout reader r wants for its input i (tensor t): its wish, else the layout the tensor had.
+    auto wanted = [&](NodeId r, size_t i, TensorId t) { return wish[size_t(r)].inputs[i] ? *wish[size_t(r)].inputs[i] : natural[size_t(t)]; };
+
+    // 1. A parameter (with its optimizer state) is stored in the layout most of its uses want: its readers',
+    //    its casts' readers' (bf16 compute copies) and its gradient producer's (ties: the first, the forward's).
+    //    Only when its gradient feeds the update alone (no all-reduce bucket, no cast) on the update's device.
+    for (size_t k = 0; k < nn; ++k) {
+        const Node& u = g.node(NodeId(k));
+        if (!is_update(u.kind)) continue;
+        const TensorId p = u.inputs[0], grad = u.inputs[1];
+        const NodeId gp = g.tensor(grad).producer;
+        if (kept[size_t(p)] || kept[size_t(grad)] || gp == kNone || g.consumers(grad).size() != 1 || g.node(gp).device != u.device ||
+            op_info(g.node(gp).kind).category == OpCategory::Communication)
+            continue;
+        std::vector<TensorDesc> wants;
+        for (NodeId r : g.consumers(p)) {
+            const Node& reader = g.node(r);
+            if (r == NodeId(k)) continue;
+            for (size_t i = 0; i < reader.inputs.size(); ++i) {
+                if (reader.inputs[i] != p) continue;
+                if (!plain_cast(reader) || reader.device != u.device) {
+                    wants.push_back(wanted(r, i, p));
+                    continue;
+                }
+                const TensorId copy = reader.outputs[0];
+                for (NodeId r2 : g.consumers(copy))
+                    for (size_t j = 0; j < g.node(r2).inputs.size(); ++j)
+                        if (g.node(r2).inputs[j] == copy) wants.push_back(wanted(r2, j, copy));
+            }
+        }
+        const Node& producer = g.node(gp);
+        for (size_t j = 0; j < producer.outputs.size(); ++j)
+            if (producer.outputs[j] == grad) wants.push_back(wish[size_t(gp)].outputs[j] ? *wish[size_t(gp)].outputs[j] : natural[size_t(grad)]);
+        size_t best = 0, best_count = 0;
+        for (size_t a = 0; a < wants.size(); ++a) {
+            const size_t c = size_t(std::count_if(wants.begin(), wants.end(), [&](const TensorDesc& d) { return same_layout(d, wants[a]); }));
+            if (c > best_count) best = a, best_count = c;
+        }
+        if (wants.empty() || wants[best].layout != Layout::Blocked) continue;
+        for (size_t i = 0; i < u.inputs.size(); ++i)  // the parameter and its state; the gradient follows in 3.
+            if (i != 1) g.tensor(u.inputs[i]).desc = with_layout_of(g.tensor(u.inputs[i]).desc, wants[best]);
+    }
+    // 2. An output a kernel wants in a layout is written in it (a transient tensor: not kept, not persistent);
+    //    a cast's output is in its input's layout (its shape rule).
+    for (size_t k = 0; k < nn; ++k) {
+        const Node& n = g.node(NodeId(k));
+        if (plain_cast(n)) {
+            TensorDesc& out = g.tensor(n.outputs[0]).desc;
+            out = with_layout_of(out, g.tensor(n.inputs[0]).desc);
+            continue;
+        }
+        for (size_t j = 0; j < n.outputs.size(); ++j) {
+            const TensorId t = n.outputs[j];
+            if (wish[k].outputs[j] && !kept[size_t(t)] && !persists(g.tensor(t).role)) g.tensor(t).desc = with_layout_of(g.tensor(t).desc, *wish[k].outputs[j]);
+        }
+    }
+    // 3. Every input in the layout its reader wants: a reorder where they differ, one per (tensor, layout),
+    //    shared; a reorder of a cast's output is that cast with the reorder in it ("a cast and a reorder of the
+    //    same tensor are one node"). An update reads its gradient in its parameter's layout.
+    std::map<std::pair<TensorId, std::string>, TensorId> made;
+    size_t k = 0;
+    tg = rebuild(std::move(tg), [&](Node& n, Graph& g2) {
+        const size_t id = k++;
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+            const TensorId t = n.inputs[i];
+            const TensorDesc& have = g2.tensor(t).desc;
+            if (plain_cast(n)) continue;  // it reads any layout
+            const TensorDesc want = is_update(n.kind) ? g2.tensor(n.inputs[0]).desc : wanted(NodeId(id), i, t);
+            if (same_layout(have, want)) continue;
+            if (has_bit(op_info(n.kind).inplace, i))
+                throw InternalError("the layout pass would reorder '" + g2.tensor(t).name + "', which '" + n.name + "' writes in place");
+            const std::string layout = layout_str(want) + (want.layout == Layout::Blocked ? shape_str(want.blocking.dims) : "");
+            auto [it, fresh] = made.try_emplace({t, layout}, kNone);
+            if (fresh) {
+                const NodeId cast = g2.tensor(t).producer;
+                const bool fold = cast != kNone && plain_cast(g2.node(cast)) && g2.node(cast).device == n.device;
+                const TensorId from = fold ? g2.node(cast).inputs[0] : t;
+                const std::string name = fold ? "cast:" + g2.tensor(from).name + ":" + dtype_name(have.dtype) + ":" + layout_str(want)
+                                              : "reorder:" + g2.tensor(t).name + ":" + layout_str(want);
+                it->second = add_implied(g2, n, OpKind::Cast, CastAttrs{have.dtype, true, want.layout, want.blocking}, from, name, have.dtype);
+                if (reorders) ++*reorders;
+            }
+            n.inputs[i] = it->second;
+        }
+    });
+    // a cast whose every reader now reads a reordering cast instead is dead
+    std::vector<bool> dead(tg.graph.num_nodes(), false);
+    for (size_t j = 0; j < tg.graph.num_nodes(); ++j) {
+        const Node& n = tg.graph.node(NodeId(j));
+        dead[j] = plain_cast(n) && tg.graph.consumers(n.outputs[0]).empty() && !kept[size_t(n.outputs[0])];
+    }
+    if (std::find(dead.begin(), dead.end(), true) == dead.end()) return tg;
+    k = 0;
+    return rebuild(std::move(tg), [&](Node&, Graph&) { return !dead[k++]; });
 }
 
 TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
@@ -468,6 +590,8 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     tg = insert_transfers(std::move(tg));
     lg.transfers = tg.graph.num_nodes() - reduced;
     dump("transfers", tg.graph);
+    if (o.layout) tg = assign_layouts(std::move(tg), o.keep, &lg.reorders);
+    dump("layout", tg.graph);
     const size_t unfused = tg.graph.num_nodes();
     if (o.fuse) tg = fuse_activations(std::move(tg), o.keep);
     lg.fused = unfused - tg.graph.num_nodes();
@@ -489,7 +613,7 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
         const Node& n = tg.graph.node(NodeId(k));
         auto it = origin_by_name.find(n.name);
         if (it != origin_by_name.end()) next = it->second;
-        const char* what = n.kind == OpKind::Cast ? "cast" : n.kind == OpKind::Transfer ? "transfer" : "all-reduce";
+        const char* what = n.kind == OpKind::Cast ? (attrs_as<CastAttrs>(n).reorder ? "reorder" : "cast") : n.kind == OpKind::Transfer ? "transfer" : "all-reduce";
         lg.origin[k] = it != origin_by_name.end() ? it->second : next + " (" + what + " inserted for it)";
     }
     lg.train = std::move(tg);

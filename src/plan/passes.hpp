@@ -17,6 +17,15 @@
 //   insert_transfers  one Transfer per (tensor, device) where a tensor crosses devices, named
 //                     "transfer:<tensor>:<device>"; parameters and state live on the device that writes
 //                     them in place (else their first reader)
+//   assign_layouts    storage layouts the devices' kernels want (registry: layout_wishes; on the cpu,
+//                     oneDNN's blocked formats for convolution weights and weight gradients): a parameter
+//                     and its optimizer state are stored for good in the layout most of its uses want (its
+//                     readers', its bf16 copies' readers', its gradient producer's; ties: the forward's),
+//                     an output a kernel wants blocked is written so, and every reader that wants another
+//                     layout reads a reorder -- a Cast with CastAttrs::reorder, op label "Reorder", one per
+//                     (tensor, layout), named "reorder:<tensor>:<layout>"; a reorder of a cast's output is
+//                     that cast doing both, "cast:<tensor>:<dtype>:<layout>". An update reads its gradient
+//                     in its parameter's layout. Data-parallel gradients (read by an all-reduce) stay plain
 //   fuse_activations  a Relu or Relu6 folds into the node producing its input (Node::post_op) when that
 //                     node is fusable() with it, on a device whose backend fuses (fuses_activations), and
 //                     the activation is the input's only reader (its backward reads its output), same
@@ -64,6 +73,7 @@ struct LoweredGraph {
     std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
     size_t fused = 0;                                                 // activations folded into their producers
+    size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };
 
@@ -75,11 +85,12 @@ struct AllReduceOptions {
 struct LowerOptions {
     std::vector<TensorId> keep;  // tensors the caller reads after a run (own buffers)
     AllReduceOptions allreduce;  // data-parallel training: the job's processes and bucket size
-    // The fuse pass. The planners' cost models (PlacementProblem::evaluate, amp_cost) describe the unfused
-    // graph, so joule plan and joule amp lower with it off and report exactly what they optimised; training
-    // fuses, and its cpu nodes then run a little faster than planned.
+    // The layout pass and the fuse pass. The planners' cost models (PlacementProblem::evaluate, amp_cost)
+    // describe the graph without either (the kernels' own reorders were never costed), so joule plan and
+    // joule amp lower with both off and report exactly what they optimised; training runs both.
+    bool layout = true;
     bool fuse = true;
-    std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, fuse, memory
+    std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, layout, fuse, memory
     std::ostream* dump = nullptr;
 };
 
@@ -95,6 +106,7 @@ TrainGraph decide(TrainGraph tg, const Plan& plan, std::vector<std::string>* ori
 TrainGraph insert_casts(TrainGraph tg, const Plan& plan);
 TrainGraph insert_transfers(TrainGraph tg);
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o);
+TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* reorders = nullptr);
 TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 

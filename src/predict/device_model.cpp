@@ -254,7 +254,7 @@ GraphCost graph_cost(const Graph& g, const DeviceModel& d, const Setting& s) {
         const NodeId n = NodeId(i);
         const Cost c = cost(g, n, d, g.node(n).compute, s);
         r.total.seconds += c.seconds, r.total.joules += c.joules, r.total.bytes += c.bytes, r.total.flops += c.flops, r.total.roofline_s += c.roofline_s;
-        if (g.node(n).kind == OpKind::Cast) r.cast_seconds += c.seconds, r.cast_bytes += c.bytes;
+        if (is_dtype_cast(g, n)) r.cast_seconds += c.seconds, r.cast_bytes += c.bytes;
     }
     return r;
 }

@@ -33,6 +33,12 @@ uint64_t fnv1a(const char* p, size_t n, uint64_t h = 0xcbf29ce484222325ULL) {
 }
 
 bool saved(TensorRole r) { return r == TensorRole::Parameter || r == TensorRole::State; }
+// How a tensor is in the file: a blocked one (plan/'s layout pass, which depends on this CPU) in plain
+// order, so a checkpoint resumes on any machine.
+TensorDesc file_desc(TensorDesc d) {
+    if (d.layout == Layout::Blocked) d.layout = Layout::Plain, d.blocking = {};
+    return d;
+}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -82,16 +88,26 @@ void write_checkpoint(const std::string& dir, const Executor& ex, const Checkpoi
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
         if (!saved(x.role)) continue;
-        header["tensors"].push_back({{"name", x.name}, {"desc", desc_str(x.desc)}, {"offset", offset}, {"bytes", x.desc.bytes()}});
+        const TensorDesc d = file_desc(x.desc);
+        header["tensors"].push_back({{"name", x.name}, {"desc", desc_str(d)}, {"offset", offset}, {"bytes", d.bytes()}});
         tensors.push_back(TensorId(t));
-        offset += x.desc.bytes();
+        offset += d.bytes();
     }
     // magic, header size, header, the tensors straight from the executor's buffers, the checksum: written
     // piece by piece (no copy of the model in memory), hashed as they go
     const std::string h = header.dump();
     const uint64_t h_size = h.size();
     std::vector<std::pair<const char*, size_t>> pieces = {{kMagic, sizeof kMagic}, {reinterpret_cast<const char*>(&h_size), sizeof h_size}, {h.data(), h.size()}};
-    for (TensorId id : tensors) pieces.emplace_back(static_cast<const char*>(ex.data(id)), g.tensor(id).desc.bytes());
+    std::vector<std::vector<std::byte>> plain;  // blocked tensors, in the file's plain order
+    for (TensorId id : tensors) {
+        const TensorDesc& d = g.tensor(id).desc;
+        if (d.layout != Layout::Blocked) {
+            pieces.emplace_back(static_cast<const char*>(ex.data(id)), d.bytes());
+            continue;
+        }
+        plain.push_back(to_plain(d, ex.data(id)));
+        pieces.emplace_back(reinterpret_cast<const char*>(plain.back().data()), plain.back().size());
+    }
     size_t total = 0;
     for (const auto& [p, n] : pieces) total += n;
 
@@ -170,14 +186,14 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
         for (const nlohmann::json& t : header.at("tensors")) {
             const std::string name = t.at("name");
             const std::optional<TensorId> found = g.find_tensor(name);
-            if (!found || !saved(g.tensor(*found).role) || t.at("desc").get<std::string>() != desc_str(g.tensor(*found).desc))
+            if (!found || !saved(g.tensor(*found).role) || t.at("desc").get<std::string>() != desc_str(file_desc(g.tensor(*found).desc)))
                 throw Error(bad + ": tensor '" + name + "' " + t.at("desc").get<std::string>() + " is not one of this run's graph" +
-                                (found ? " (here " + desc_str(g.tensor(*found).desc) + ")" : ""),
+                                (found ? " (here " + desc_str(file_desc(g.tensor(*found).desc)) + ")" : ""),
                             "resume with the flags of the run that wrote it");
-            if (t.at("offset").get<uint64_t>() != data_bytes || t.at("bytes").get<uint64_t>() != g.tensor(*found).desc.bytes())
+            if (t.at("offset").get<uint64_t>() != data_bytes || t.at("bytes").get<uint64_t>() != file_desc(g.tensor(*found).desc).bytes())
                 throw Error(bad + " is corrupt (tensor '" + name + "' is not where its table says)");
             ids.push_back(*found);
-            data_bytes += g.tensor(*found).desc.bytes();
+            data_bytes += file_desc(g.tensor(*found).desc).bytes();
         }
         size_t want = 0;
         for (size_t t = 0; t < g.num_tensors(); ++t) want += saved(g.tensor(TensorId(t)).role);
@@ -185,10 +201,13 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
         if (size != sizeof kMagic + sizeof h_size + h_size + data_bytes + sizeof sum) throw Error(bad + " is corrupt or truncated (its length is not its table's)");
         // straight into the executor's buffers; a checksum mismatch ends the run (the executor is not used after it)
         for (TensorId id : ids) {
-            char* p = static_cast<char*>(ex.data(id));
-            const size_t n = g.tensor(id).desc.bytes();
+            const TensorDesc& d = g.tensor(id).desc;
+            std::vector<char> plain(d.layout == Layout::Blocked ? file_desc(d).bytes() : 0);
+            char* p = plain.empty() ? static_cast<char*>(ex.data(id)) : plain.data();
+            const size_t n = file_desc(d).bytes();
             in.read(p, std::streamsize(n));
             sum = fnv1a(p, n, sum);
+            if (!plain.empty()) from_plain(d, plain.data(), ex.data(id));
         }
         uint64_t stored = 0;
         in.read(reinterpret_cast<char*>(&stored), sizeof stored);

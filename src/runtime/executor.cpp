@@ -115,7 +115,9 @@ void Executor::initialise(uint64_t seed) {
             for (int64_t i = 0; i < n; ++i) q[i] = tt.init.kind == Init::Kind::Position ? int32_t(i % last) : 0;
             continue;
         }
-        float* p = static_cast<float*>(ptr_[t]);
+        // a blocked tensor (plan/'s layout pass) is initialised in plain order, then laid out
+        std::vector<float> plain(tt.desc.layout == Layout::Blocked ? size_t(n) : 0);
+        float* p = plain.empty() ? static_cast<float*>(ptr_[t]) : plain.data();
         switch (tt.init.kind) {
             case Init::Kind::Zeros: std::fill(p, p + n, 0.0f); break;
             case Init::Kind::Ones: std::fill(p, p + n, 1.0f); break;
@@ -135,6 +137,7 @@ void Executor::initialise(uint64_t seed) {
                 break;
             case Init::Kind::Position: throw InternalError("position init on a float tensor " + tt.name);
         }
+        if (!plain.empty()) from_plain(tt.desc, plain.data(), ptr_[t]);
     }
 }
 
@@ -182,6 +185,8 @@ float* Executor::f32(TensorId t) {
     require_stored(ptr_[size_t(t)], g_.tensor(t));
     if (g_.tensor(t).desc.dtype != DType::F32)
         throw InternalError("tensor '" + g_.tensor(t).name + "' is " + dtype_name(g_.tensor(t).desc.dtype) + ", not f32");
+    if (g_.tensor(t).desc.layout == Layout::Blocked)
+        throw InternalError("tensor '" + g_.tensor(t).name + "' is stored blocked (" + layout_str(g_.tensor(t).desc) + "): read_f32 gives its elements, data() its storage");
     return static_cast<float*>(ptr_[size_t(t)]);
 }
 
@@ -189,10 +194,12 @@ std::vector<float> Executor::read_f32(TensorId t) const {
     const TensorDesc& d = g_.tensor(t).desc;
     require_stored(ptr_[size_t(t)], g_.tensor(t));
     std::vector<float> v(size_t(d.numel()));
+    const std::vector<std::byte> plain = d.layout == Layout::Blocked ? to_plain(d, ptr_[size_t(t)]) : std::vector<std::byte>();
+    const void* src = plain.empty() ? ptr_[size_t(t)] : plain.data();
     if (d.dtype == DType::F32) {
-        std::memcpy(v.data(), ptr_[size_t(t)], v.size() * 4);
+        std::memcpy(v.data(), src, v.size() * 4);
     } else if (d.dtype == DType::BF16) {
-        const auto* p = static_cast<const uint16_t*>(ptr_[size_t(t)]);
+        const auto* p = static_cast<const uint16_t*>(src);
         for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(p[i]);
     } else {
         throw InternalError("tensor '" + g_.tensor(t).name + "' is not floating-point");

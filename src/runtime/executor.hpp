@@ -53,11 +53,11 @@ public:
     // Runs only Forward and Loss nodes (evaluation: training=false).
     void run_forward(const RunContext& ctx);
 
-    float* f32(TensorId t);  // an f32 tensor's buffer
+    float* f32(TensorId t);  // an f32 tensor's buffer (not a blocked one: InternalError)
     int32_t* i32(TensorId t);
     void* data(TensorId t) { return ptr_[size_t(t)]; }
     const void* data(TensorId t) const { return ptr_[size_t(t)]; }
-    std::vector<float> read_f32(TensorId t) const;  // any floating-point tensor, widened to f32
+    std::vector<float> read_f32(TensorId t) const;  // any floating-point tensor, widened to f32, in logical order
 
     const Graph& graph() const { return g_; }
     // Devices in first-use order; node n ran on devices()[node_device()[n]].

@@ -54,8 +54,8 @@ StepRunner::StepRunner(Executor& ex, const TrainGraph& tg, const OptimizerConfig
         const TensorId grad = node.inputs[1];
         if (g.tensor(grad).desc.dtype != DType::F32)
             throw InternalError("update '" + node.name + "' reads a " + dtype_name(g.tensor(grad).desc.dtype) + " gradient; updates take f32");
-        grads_.push_back(ex.f32(grad));
-        sizes_.push_back(g.tensor(grad).desc.numel());
+        grads_.push_back(static_cast<float*>(ex.data(grad)));  // element-wise below: any layout, over its storage
+        sizes_.push_back(g.tensor(grad).desc.storage_numel());
     }
     if (o_.accumulate == 1) return;
     // what accumulates: each all-reduce bucket's gradients, joined just before its start, so a

@@ -434,7 +434,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         ++d.nodes;
         r.step_seconds += s;
         if (ex.node_modelled()[n]) r.step_modelled_seconds += s;
-        if (tg.graph.node(NodeId(n)).kind == OpKind::Cast) r.cast_seconds += s;
+        if (is_dtype_cast(tg.graph, NodeId(n))) r.cast_seconds += s;
         r.emulation_seconds += ex.node_emulation_seconds()[n] * per_step;
     }
     r.step_wall_seconds = timed_wall * per_step;

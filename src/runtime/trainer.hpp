@@ -122,7 +122,7 @@ struct TrainResult {
     // the part of it that is modelled (nodes on emulated devices); the measured wall time of a step
     // beside it; host time spent emulating (part of the wall time, charged to no device's node).
     double step_seconds = 0, step_modelled_seconds = 0, step_wall_seconds = 0, emulation_seconds = 0;
-    double cast_seconds = 0;  // the part of step_seconds the plan's Cast nodes took
+    double cast_seconds = 0;  // the part of step_seconds the plan's dtype casts took (not its pure reorders)
     struct DeviceTime {
         std::string device;
         double seconds = 0;  // per step

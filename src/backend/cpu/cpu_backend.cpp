@@ -28,6 +28,61 @@ dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type) {
     return {to_dims(shape), type, strides};
 }
 
+dnnl::memory::desc md_of(const TensorDesc& d, dt type) {
+    if (d.layout != Layout::Blocked) return md_of(d.shape, d.layout, type);
+    const Blocking& b = d.blocking;
+    JOULE_ASSERT(b.dims.size() <= DNNL_MAX_NDIMS && b.inner.size() <= DNNL_MAX_NDIMS, "blocking of rank " + std::to_string(b.dims.size()));
+    dnnl_memory_desc_t md{};
+    md.ndims = int(b.dims.size());
+    md.data_type = static_cast<dnnl_data_type_t>(type);
+    md.format_kind = dnnl_blocked;
+    const Shape padded = b.padded_dims();
+    for (size_t i = 0; i < b.dims.size(); ++i) md.dims[i] = b.dims[i], md.padded_dims[i] = padded[i];
+    auto& blk = md.format_desc.blocking;
+    blk.inner_nblks = int(b.inner.size());
+    std::vector<int64_t> block(b.dims.size(), 1);
+    int64_t stride = 1;
+    for (size_t k = 0; k < b.inner.size(); ++k) {
+        blk.inner_blks[k] = b.inner[k].second, blk.inner_idxs[k] = b.inner[k].first;
+        block[size_t(b.inner[k].first)] *= b.inner[k].second;
+        stride *= b.inner[k].second;
+    }
+    for (size_t k = b.order.size(); k-- > 0;) {
+        const size_t i = size_t(b.order[k]);
+        blk.strides[i] = stride;
+        stride *= padded[i] / block[i];
+    }
+    return dnnl::memory::desc(md);
+}
+
+std::optional<Blocking> blocking_of(const dnnl::memory::desc& m) {
+    const dnnl_memory_desc_t& md = m.data;
+    if (md.format_kind != dnnl_blocked || md.offset0 != 0 || md.extra.flags != 0 || md.ndims < 1) return std::nullopt;
+    Blocking b;
+    for (int i = 0; i < md.ndims; ++i) {
+        if (md.padded_offsets[i] != 0) return std::nullopt;
+        b.dims.push_back(md.dims[i]);
+        b.order.push_back(i);
+    }
+    const auto& blk = md.format_desc.blocking;
+    for (int k = 0; k < blk.inner_nblks; ++k) b.inner.emplace_back(int(blk.inner_idxs[k]), int64_t(blk.inner_blks[k]));
+    // outer dims by decreasing stride; a dim of one outer block has the stride of the dim it sits inside
+    // of (oneDNN's convention), so among equal strides the dims of several blocks come first
+    std::vector<int64_t> outer(size_t(md.ndims));
+    for (int i = 0; i < md.ndims; ++i) outer[size_t(i)] = md.padded_dims[i];
+    for (int k = 0; k < blk.inner_nblks; ++k) outer[size_t(blk.inner_idxs[k])] /= blk.inner_blks[k];
+    std::stable_sort(b.order.begin(), b.order.end(), [&](int x, int y) {
+        return blk.strides[x] != blk.strides[y] ? blk.strides[x] > blk.strides[y] : (outer[size_t(x)] > 1 && outer[size_t(y)] == 1);
+    });
+    // oneDNN's == ignores the strides of one-element dims, but a primitive given other such strides than its
+    // own computed wrong results in a test (depthwise weights): the strides must be the very same
+    const dnnl::memory::desc back = md_of(TensorDesc{b.dims, DType::F32, Layout::Blocked, b}, m.data_type());
+    if (!(back == m)) return std::nullopt;
+    for (int i = 0; i < md.ndims; ++i)
+        if (back.data.format_desc.blocking.strides[i] != blk.strides[i]) return std::nullopt;
+    return b;
+}
+
 dt dnnl_type(DType t) {
     switch (t) {
         case DType::F32: return dt::f32;
@@ -132,8 +187,27 @@ CpuBackend::CpuBackend(int threads, std::string device, bool serial_small_nodes)
     omp_set_num_threads(threads_);
 }
 
+namespace {
+// Operands the cpu kernels take in a blocked layout: convolution weights and weight gradients (oneDNN's
+// formats), the element-wise optimizer updates, and the reorders (Cast) between layouts.
+bool blocked_ok(const Node& n, bool input, size_t i) {
+    switch (n.kind) {
+        case OpKind::Conv2d: case OpKind::ConvBackwardData: return input && i == 1;
+        case OpKind::ConvBackwardWeights: return !input && i == 0;
+        case OpKind::SgdUpdate: case OpKind::AdamUpdate: case OpKind::Cast: return true;
+        default: return false;
+    }
+}
+}  // namespace
+
 Support CpuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
+    for (size_t i = 0; i < n.inputs.size() + n.outputs.size(); ++i) {
+        const bool input = i < n.inputs.size();
+        const TensorId t = input ? n.inputs[i] : n.outputs[i - n.inputs.size()];
+        if (g.tensor(t).desc.layout == Layout::Blocked && !blocked_ok(n, input, input ? i : i - n.inputs.size()))
+            return {false, std::string(input ? "input" : "output") + " '" + g.tensor(t).name + "' is in a blocked layout, which this op's cpu kernel does not read"};
+    }
     if (Support s = f32_bf16_support(g, id, device_, "cpu"); !s.ok || n.kind == OpKind::Transfer || n.kind == OpKind::Cast) return s;
     if (n.compute == DType::BF16) {
         // oneDNN runs bf16 natively with avx512_bf16 and emulates it on plain avx512_core.
@@ -173,6 +247,18 @@ private:
     std::unique_ptr<Kernel> k_;
 };
 }  // namespace
+
+LayoutWishes CpuBackend::layout_wishes(const Graph& g, NodeId id) {
+    const Node& n = g.node(id);
+    if (n.kind == OpKind::Conv2d || n.kind == OpKind::ConvBackwardData || n.kind == OpKind::ConvBackwardWeights) {
+        try {
+            return conv_layout_wishes(g, id);
+        } catch (const dnnl::error&) {  // no primitive (or no such compute dtype) for it: supports() and prepare() say so
+        } catch (const Error&) {
+        }
+    }
+    return {std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
+}
 
 bool CpuBackend::serial(const Graph& g, NodeId id) {
     const OpKind k = g.node(id).kind;

@@ -65,6 +65,11 @@ public:
     // is faster than two up to these sizes (bench/node_overhead.cpp, README).
     static bool serial(const Graph& g, NodeId n);
     static constexpr double kSerialBytes = 128 * 1024, kSerialFlops = 512 * 1024;
+    // The layouts this backend's kernels want for node n's operands (plan/'s layout pass): a convolution's
+    // weights (forward, backward-data) and weight gradient in the blocked formats oneDNN picks for its
+    // shapes, dtypes and this CPU; no wish for anything else (activations stay nhwc, which oneDNN's brgemm
+    // kernels read directly).
+    static LayoutWishes layout_wishes(const Graph& g, NodeId n);
 
 private:
     std::unique_ptr<Kernel> prepare_kernel(const Graph& g, NodeId n, const std::vector<void*>& inputs, const std::vector<void*>& outputs);

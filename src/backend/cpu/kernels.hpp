@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -21,9 +22,13 @@ dnnl::memory::dims to_dims(const Shape& s);
 // Memory descriptor of a tensor with the given shape and layout (plain row-major or nhwc).
 dnnl::memory::desc md_of(const Shape& shape, Layout layout, dt type);
 dt dnnl_type(DType t);            // the storage type oneDNN sees for a joule dtype
-// A tensor's memory descriptor in its storage dtype and layout.
-inline dnnl::memory::desc md_of(const TensorDesc& d) { return md_of(d.shape, d.layout, dnnl_type(d.dtype)); }
-inline dnnl::memory::desc md_of(const TensorDesc& d, dt type) { return md_of(d.shape, d.layout, type); }
+// A tensor's memory descriptor in its layout (blocked ones over their Blocking::dims) and the given type,
+// or its storage dtype.
+dnnl::memory::desc md_of(const TensorDesc& d, dt type);
+inline dnnl::memory::desc md_of(const TensorDesc& d) { return md_of(d, dnnl_type(d.dtype)); }
+// A oneDNN blocked format as a Blocking (over the descriptor's dims), when md_of gives it back exactly:
+// dense, no offsets, no extra flags.
+std::optional<Blocking> blocking_of(const dnnl::memory::desc& md);
 dt compute_type(DType compute);  // f32 or bf16; throws for unsupported ones
 std::string key_of(const TensorDesc& d);  // for primitive-cache keys
 // The node's fused activation (Node::post_op) as a oneDNN eltwise post-op (empty attributes without one),
@@ -119,6 +124,7 @@ private:
 };
 
 std::unique_ptr<Kernel> make_conv(const KernelArgs& a);
+LayoutWishes conv_layout_wishes(const Graph& g, NodeId n);  // CpuBackend::layout_wishes of a convolution node
 std::unique_ptr<Kernel> make_linear(const KernelArgs& a);
 std::unique_ptr<Kernel> make_matmul(const KernelArgs& a);
 std::unique_ptr<Kernel> make_norm(const KernelArgs& a);

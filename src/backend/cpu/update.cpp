@@ -1,5 +1,6 @@
 // SGD (momentum, weight decay), Adam and AdamW updates as vectorised loops, in place on the parameter
 // and its state (formulas in graph/ops/update.cpp), at this step's lr_scale and grad_scale (RunContext).
+// Parameter, gradient and state share one layout (plan/'s layout pass), so the loops run over storage.
 #include <cmath>
 
 #include "backend/cpu/kernels.hpp"
@@ -7,7 +8,10 @@
 namespace joule::cpu {
 
 std::unique_ptr<Kernel> make_update(const KernelArgs& a) {
-    const int64_t n = a.in_desc(0).numel();
+    for (size_t i = 1; i < a.node.inputs.size(); ++i)
+        JOULE_ASSERT(a.in_desc(i).layout == a.in_desc(0).layout && a.in_desc(i).blocking == a.in_desc(0).blocking,
+                     "update '" + a.node.name + "': operand " + std::to_string(i) + " is not in the parameter's layout");
+    const int64_t n = a.in_desc(0).storage_numel();  // a blocked layout's padding is zero in all operands and stays so
     float* p = static_cast<float*>(a.in[0]);
     const float* g = static_cast<const float*>(a.in[1]);
     if (a.node.kind == OpKind::SgdUpdate) {

@@ -23,6 +23,7 @@ namespace joule::reference {
 struct Buf {
     TensorDesc desc;
     void* data = nullptr;
+    std::shared_ptr<const std::vector<int64_t>> offsets;  // a blocked layout's storage offsets (Blocking::offsets)
 
     int64_t numel() const { return desc.numel(); }
     int64_t dim(size_t d) const { return desc.shape.at(d); }

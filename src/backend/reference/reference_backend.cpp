@@ -1,10 +1,9 @@
 // The reference backend's operand accessor, supports() and the dispatch to the op-family loops.
 #include "backend/reference/reference_backend.hpp"
 
-#include "backend/collective.hpp"
-
 #include <cstring>
 
+#include "backend/collective.hpp"
 #include "backend/reference/kernels.hpp"
 #include "graph/bf16.hpp"
 
@@ -28,6 +27,7 @@ void f16_set(void*, int64_t, float) { throw InternalError("f16 storage needs _Fl
 
 int64_t Buf::storage(int64_t i) const {
     if (desc.layout == Layout::Plain) return i;
+    if (desc.layout == Layout::Blocked) return (*offsets)[size_t(i)];
     // logical [n, c, h, w] stored as [n, h, w, c]
     const int64_t C = dim(1), H = dim(2), W = dim(3);
     const int64_t w = i % W, h = (i / W) % H, c = (i / (W * H)) % C, n = i / (W * H * C);
@@ -119,10 +119,23 @@ std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, con
                     std::to_string(outputs.size()) + " outputs, the node has " + std::to_string(n.inputs.size()) + " and " +
                     std::to_string(n.outputs.size()));
     Op op{n, {}, {}};
-    for (size_t i = 0; i < inputs.size(); ++i) op.in.push_back({g.tensor(n.inputs[i]).desc, inputs[i]});
-    for (size_t i = 0; i < outputs.size(); ++i) op.out.push_back({g.tensor(n.outputs[i]).desc, outputs[i]});
+    auto buf = [](const TensorDesc& d, void* p) {  // the reference reads every layout through Buf::storage
+        Buf b{d, p};
+        if (d.layout == Layout::Blocked) b.offsets = std::make_shared<const std::vector<int64_t>>(d.blocking.offsets());
+        return b;
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) op.in.push_back(buf(g.tensor(n.inputs[i]).desc, inputs[i]));
+    for (size_t i = 0; i < outputs.size(); ++i) op.out.push_back(buf(g.tensor(n.outputs[i]).desc, outputs[i]));
     std::unique_ptr<Kernel> k = kernel_for(op, g, id, inputs, outputs);
-    return n.post_op == OpKind::Count ? std::move(k) : with_post_op(std::move(k), op);
+    if (n.post_op != OpKind::Count) k = with_post_op(std::move(k), op);
+    std::vector<Buf> padded;  // blocked outputs: the loops write the elements, the padding must hold zeros
+    for (const Buf& b : op.out)
+        if (b.desc.layout == Layout::Blocked && b.desc.storage_numel() != b.numel()) padded.push_back(b);
+    if (padded.empty()) return k;
+    return loop([k = std::shared_ptr<Kernel>(std::move(k)), padded](const RunContext& ctx) {
+        for (const Buf& b : padded) std::memset(b.data, 0, b.desc.bytes());
+        k->run(ctx);
+    });
 }
 
 namespace reference {

@@ -1,0 +1,248 @@
+// Blocked storage layouts: graph/'s Blocking against oneDNN's own formats, plan/'s layout pass (weights
+// stored in their kernels' formats, reorders as nodes), and training through it against training without.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "backend/cpu/kernels.hpp"
+#include "backend/reference/reference_backend.hpp"
+#include "backend/registry.hpp"
+#include "data/dataset.hpp"
+#include "plan/passes.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/trainer.hpp"
+#include "zoo/zoo.hpp"
+
+namespace joule {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+
+// A oneDNN descriptor's layout as a joule tensor of logical shape `shape` (its dims for ungrouped ones).
+TensorDesc blocked(const Shape& shape, const dnnl::memory::desc& md) {
+    const std::optional<Blocking> b = cpu::blocking_of(md);
+    EXPECT_TRUE(b.has_value());
+    return {shape, DType::F32, Layout::Blocked, b.value_or(Blocking{})};
+}
+
+// Blocking::offsets, from_plain and to_plain put every element where oneDNN's reorder does, padding
+// zeroed, for the formats its convolutions pick (channel counts that need padding included), grouped ones too.
+TEST(Layout, BlockingMatchesOneDnnReorders) {
+    const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream s(eng);
+    struct Case {
+        Shape shape;                // logical
+        dnnl::memory::dims dims;    // oneDNN's view
+        tag plain, format;
+        const char* name;
+    };
+    const Case cases[] = {
+        {{24, 6, 3, 3}, {24, 6, 3, 3}, tag::oihw, tag::OIhw16i16o, "ABcd16b16a"},
+        {{24, 6, 3, 3}, {24, 6, 3, 3}, tag::oihw, tag::OIhw16o16i, "ABcd16a16b"},
+        {{24, 6, 3, 3}, {24, 6, 3, 3}, tag::oihw, tag::OIhw8i16o2i, "ABcd8b16a2b"},
+        {{10, 3, 5, 5}, {10, 3, 5, 5}, tag::oihw, tag::Ohwi16o, "Acdb16a"},
+        {{40, 1, 3, 3}, {40, 1, 1, 3, 3}, tag::goihw, tag::Goihw16g, "Abcde16a"},
+        {{8, 2, 3, 3}, {2, 4, 2, 3, 3}, tag::goihw, tag::gOIhw16i16o, "aBCde16c16b"},
+    };
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (const Case& c : cases) {
+        const dnnl::memory::desc plain_md(c.dims, dnnl::memory::data_type::f32, c.plain), md(c.dims, dnnl::memory::data_type::f32, c.format);
+        const TensorDesc d = blocked(c.shape, md);
+        EXPECT_EQ(d.blocking.name(), c.name);
+        EXPECT_EQ(d.bytes(), md.get_size()) << c.name;
+        EXPECT_TRUE(cpu::md_of(d) == md) << c.name;
+        std::vector<float> values(size_t(d.numel()));
+        for (float& v : values) v = u(rng);
+        dnnl::memory from(plain_md, eng, values.data()), to(md, eng);
+        std::memset(to.get_data_handle(), 0xff, md.get_size());  // oneDNN zeroes the padding itself
+        dnnl::reorder(from, to).execute(s, from, to);
+        s.wait();
+        std::vector<std::byte> ours(d.bytes(), std::byte{0x7f});
+        from_plain(d, values.data(), ours.data());
+        EXPECT_EQ(std::memcmp(ours.data(), to.get_data_handle(), d.bytes()), 0) << c.name;
+        const std::vector<std::byte> back = to_plain(d, ours.data());
+        ASSERT_EQ(back.size(), values.size() * 4);
+        EXPECT_EQ(std::memcmp(back.data(), values.data(), back.size()), 0) << c.name;
+        const std::vector<int64_t> off = d.blocking.offsets();
+        EXPECT_EQ(std::set<int64_t>(off.begin(), off.end()).size(), off.size()) << c.name << ": two elements at one offset";
+    }
+    EXPECT_EQ(desc_str(blocked({24, 6, 3, 3}, dnnl::memory::desc({24, 6, 3, 3}, dnnl::memory::data_type::f32, tag::OIhw16i16o))),
+              "f32[24, 6, 3, 3] ABcd16b16a");
+    // a layout Blocking cannot describe (an offset) is no wish
+    dnnl_memory_desc_t odd = dnnl::memory::desc({4, 4}, dnnl::memory::data_type::f32, tag::ab).data;
+    odd.offset0 = 3;
+    EXPECT_FALSE(cpu::blocking_of(dnnl::memory::desc(odd)).has_value());
+}
+
+struct Net {
+    zoo::Model model;
+    TrainGraph train;
+};
+Net build(const std::string& net, int64_t batch, int64_t image_size) {
+    zoo::NetConfig cfg;
+    cfg.batch = batch;
+    cfg.image_size = image_size;
+    cfg.classes = 10;
+    Net n{zoo::build(net, cfg), {}};
+    n.train = build_train_graph(std::move(n.model.graph), n.model.loss, OptimizerConfig::sgd(0.002f, 0.9f, 1e-4f));
+    return n;
+}
+
+bool is_conv(OpKind k) { return k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::ConvBackwardWeights; }
+
+// After the pass every convolution reads and writes its weights in the format its primitive wants (no
+// reorder inside a kernel), parameters and their momentum are stored so for good, every reorder is a
+// named node, and a lowering without the pass has no blocked tensor.
+TEST(Layout, PassStoresWeightsInTheirKernelsFormats) {
+    for (const char* net : {"resnet18", "mobilenet_v2"}) {
+        Net n = build(net, 2, 32);
+        const LoweredGraph off = lower(TrainGraph(n.train), Plan{}, {.layout = false});
+        for (const Tensor& t : off.train.graph.tensors()) EXPECT_NE(t.desc.layout, Layout::Blocked) << t.name;
+        const LoweredGraph lg = lower(std::move(n.train), Plan{});
+        const Graph& g = lg.train.graph;
+        size_t convs = 0, reorders = 0, blocked_params = 0;
+        for (size_t k = 0; k < g.num_nodes(); ++k) {
+            const Node& node = g.node(NodeId(k));
+            if (is_conv(node.kind)) {
+                const LayoutWishes w = layout_wishes(g, NodeId(k));
+                const bool bww = node.kind == OpKind::ConvBackwardWeights;
+                const TensorDesc& have = g.tensor(bww ? node.outputs[0] : node.inputs[1]).desc;
+                const std::optional<TensorDesc>& want = bww ? w.outputs[0] : w.inputs[1];
+                ASSERT_TRUE(want.has_value()) << node.name;
+                EXPECT_EQ(have.layout, Layout::Blocked) << node.name;
+                EXPECT_EQ(have.blocking, want->blocking) << node.name << " reads " << desc_str(have) << ", its primitive wants " << desc_str(*want);
+                convs += node.kind == OpKind::Conv2d;
+            }
+            if (node.kind == OpKind::SgdUpdate) {
+                const TensorDesc& p = g.tensor(node.inputs[0]).desc;
+                for (TensorId t : node.inputs) EXPECT_EQ(g.tensor(t).desc.blocking, p.blocking) << node.name;
+                blocked_params += p.layout == Layout::Blocked;
+            }
+            if (node.kind == OpKind::Cast) {
+                EXPECT_TRUE(attrs_as<CastAttrs>(node).reorder) << node.name;
+                EXPECT_EQ(op_label(node), "Reorder");
+                EXPECT_EQ(node.name.rfind("reorder:", 0), 0u) << node.name;
+                ++reorders;
+            }
+            for (TensorId t : node.inputs)  // blocked tensors only where the cpu kernels take them
+                EXPECT_TRUE(g.tensor(t).desc.layout != Layout::Blocked || is_conv(node.kind) || node.kind == OpKind::SgdUpdate || node.kind == OpKind::Cast) << node.name;
+        }
+        EXPECT_EQ(blocked_params, convs) << net << ": every convolution's weight stored blocked";
+        EXPECT_EQ(reorders, lg.reorders);
+        // forward, backward-data and backward-weights formats: at most two of the three differ from storage
+        EXPECT_LE(reorders, 2 * convs) << net;
+        EXPECT_GT(reorders, 0u) << net;
+        EXPECT_EQ(lg.memory.bytes_total >= off.memory.bytes_total, true) << net << ": padding only adds";
+    }
+}
+
+// bf16: the compute copy of a weight is cast straight into the format each reader wants (a cast and a
+// reorder are one node); a data-parallel job keeps its all-reduced gradients and their parameters plain.
+TEST(Layout, CastsReorderInOnePassAndAllReducedGradientsStayPlain) {
+    Net n = build("resnet18", 2, 32);
+    BackendSet backends({.threads = 1});
+    const LoweredGraph lg = lower(TrainGraph(n.train), precision_plan(n.train, DType::BF16, PrecisionScope::Gemm, backends.get("cpu")));
+    const Graph& g = lg.train.graph;
+    size_t both = 0;
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& node = g.node(NodeId(k));
+        if (node.kind != OpKind::Cast || !attrs_as<CastAttrs>(node).reorder) continue;
+        const NodeId from = g.tensor(node.inputs[0]).producer;
+        EXPECT_FALSE(from != kNone && g.node(from).kind == OpKind::Cast && !attrs_as<CastAttrs>(g.node(from)).reorder) << node.name << " reorders a cast's output";
+        if (is_dtype_cast(g, NodeId(k))) {
+            ++both;
+            EXPECT_NE(node.name.find(":bf16:"), std::string::npos) << node.name;
+        }
+    }
+    EXPECT_GT(both, 0u);
+    const LoweredGraph dp = lower(TrainGraph(n.train), Plan{}, {.allreduce = {.ranks = 2}});
+    for (const Tensor& t : dp.train.graph.tensors())
+        EXPECT_TRUE(!persists(t.role) || t.desc.layout != Layout::Blocked) << t.name;
+}
+
+// The blocked padding of every parameter and its state is zero (oneDNN's outputs and reorders zero it, the
+// updates keep it).
+void expect_zero_padding(const Executor& ex) {
+    const Graph& g = ex.graph();
+    for (size_t t = 0; t < g.num_tensors(); ++t) {
+        const Tensor& x = g.tensor(TensorId(t));
+        if (!persists(x.role) || x.desc.layout != Layout::Blocked) continue;
+        std::vector<bool> used(size_t(x.desc.storage_numel()), false);
+        for (int64_t o : x.desc.blocking.offsets()) used[size_t(o)] = true;
+        const float* p = static_cast<const float*>(ex.data(TensorId(t)));
+        for (size_t i = 0; i < used.size(); ++i)
+            ASSERT_TRUE(used[i] || p[i] == 0.0f) << x.name << " padding element " << i;
+    }
+}
+
+// Training through the layout pass follows training without it: the same primitives on the same
+// numbers, only stored otherwise (MobileNetV2: depthwise and 24-channel layers, whose formats pad).
+TEST(Layout, TrainingMatchesTrainingWithoutIt) {
+    for (const char* net : {"lenet5", "mobilenet_v2"}) {
+        std::vector<float> losses[2];
+        std::vector<std::vector<float>> weights[2];
+        for (int layout = 0; layout < 2; ++layout) {
+            Net n = build(net, 4, std::string(net) == "lenet5" ? 0 : 32);
+            BackendSet backends({.threads = 2});
+            LowerOptions lo;
+            lo.keep = {n.model.loss};
+            lo.layout = layout == 1;
+            const LoweredGraph lg = lower(std::move(n.train), Plan{}, lo);
+            EXPECT_EQ(lg.reorders > 0, layout == 1);
+            Executor ex(lg, backends, {.seed = 7});
+            data::SyntheticData synth(4);
+            for (int s = 0; s < 3; ++s) {
+                fill_synthetic(ex, n.model, synth);
+                ex.run_all();
+                losses[layout].push_back(ex.f32(n.model.loss)[0]);
+            }
+            if (layout == 1) expect_zero_padding(ex);
+            for (size_t t = 0; t < lg.train.graph.num_tensors(); ++t)
+                if (lg.train.graph.tensor(TensorId(t)).role == TensorRole::Parameter) weights[layout].push_back(ex.read_f32(TensorId(t)));
+        }
+        for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * std::fabs(losses[0][s])) << net << " step " << s;
+        ASSERT_EQ(weights[0].size(), weights[1].size());
+        for (size_t p = 0; p < weights[0].size(); ++p)
+            for (size_t i = 0; i < weights[0][p].size(); ++i) ASSERT_NEAR(weights[1][p][i], weights[0][p][i], 1e-4) << net << " parameter " << p << " element " << i;
+    }
+}
+
+// A reorder node (with and without a cast, grouped weights seen as 5-D) gives the same bytes on the cpu
+// (a oneDNN reorder) and on the reference (element by element).
+TEST(Layout, ReordersAgreeOnCpuAndReference) {
+    for (const auto& [shape, dims, format] :
+         {std::tuple{Shape{24, 6, 3, 3}, dnnl::memory::dims{24, 6, 3, 3}, tag::OIhw8i16o2i}, {Shape{8, 2, 3, 3}, {2, 4, 2, 3, 3}, tag::gOIhw16i16o}}) {
+        const TensorDesc b = blocked(shape, dnnl::memory::desc(dims, dnnl::memory::data_type::f32, format));
+        Graph g;
+        const TensorId x = g.parameter("x", {shape}, Init::normal(1.0f));
+        const TensorId y = g.add1(OpKind::Cast, CastAttrs{DType::BF16, true, Layout::Blocked, b.blocking}, {x}, "to_blocked");
+        const TensorId z = g.add1(OpKind::Cast, CastAttrs{DType::F32, true, Layout::Plain, {}}, {y}, "to_plain");
+        EXPECT_EQ(g.tensor(y).desc.layout, Layout::Blocked);
+        EXPECT_EQ(g.tensor(y).desc.bytes(), b.bytes() / 2);
+        std::vector<std::byte> stored[2];
+        std::vector<float> back[2];
+        for (int r = 0; r < 2; ++r) {
+            cpu::CpuBackend cpu(1);
+            ReferenceBackend ref;
+            Backend& be = r == 0 ? static_cast<Backend&>(cpu) : ref;
+            Executor ex(g, be, {{y, z}, 5});
+            std::memset(ex.data(y), 0xff, g.tensor(y).desc.bytes());
+            ex.run_all();
+            const auto* p = static_cast<const std::byte*>(ex.data(y));
+            stored[r].assign(p, p + g.tensor(y).desc.bytes());
+            back[r] = ex.read_f32(z);
+            const std::vector<float> xs = ex.read_f32(x), ys = ex.read_f32(y);
+            for (size_t i = 0; i < xs.size(); ++i) ASSERT_NEAR(back[r][i], xs[i], std::fabs(xs[i]) / 128) << i;
+            EXPECT_EQ(ys, back[r]);
+        }
+        EXPECT_EQ(stored[0], stored[1]) << "padding zeroed and every element in its place on both";
+        EXPECT_EQ(back[0], back[1]);
+    }
+}
+
+}  // namespace
+}  // namespace joule
