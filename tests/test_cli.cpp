@@ -1123,6 +1123,14 @@ TEST(Cli, TrainAndInspectUnderAPlanFile) {
     EXPECT_NE(fused.out.find("conv1: Conv2d+Relu @cpu"), std::string::npos) << fused.out.substr(0, 2000);
     EXPECT_NE(fused.out.find("fc2: Linear+Relu @cpu"), std::string::npos) << fused.out.substr(0, 2000);
     EXPECT_EQ(run_json("inspect lenet5 --batch 8 --json")["fused_activations"], 4);
+    // the layout pass: conv weights stored in their primitives' formats, each remaining reorder a node
+    const Result laid = run("inspect resnet18 --batch 2 --image-size 32 --dump-after layout");
+    EXPECT_EQ(laid.code, 0);
+    size_t reorder_nodes = 0;
+    for (size_t at = laid.out.find(": Reorder @cpu"); at != std::string::npos; at = laid.out.find(": Reorder @cpu", at + 1)) ++reorder_nodes;
+    EXPECT_GT(reorder_nodes, 0u) << laid.out.substr(0, 2000);
+    EXPECT_NE(laid.out.find("reorder:layer1.0.conv1.weight:"), std::string::npos) << laid.out.substr(0, 2000);
+    EXPECT_EQ(run_json("inspect resnet18 --batch 2 --image-size 32 --json")["reorders"], reorder_nodes);
     // the plan is for batch 8: another batch is refused, as are --dtype with --plan and bad plans
     expect_failure("train --dataset synthetic --batch 4 --steps 1 --plan " + plan, "made for another graph");
     expect_failure("train --plan " + plan + " --dtype bf16", "excludes");
