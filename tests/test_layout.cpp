@@ -180,9 +180,11 @@ void expect_zero_padding(const Executor& ex) {
 }
 
 // Training through the layout pass follows training without it: the same primitives on the same
-// numbers, only stored otherwise (MobileNetV2: depthwise and 24-channel layers, whose formats pad).
+// numbers, only stored otherwise (MobileNetV2: depthwise and 24-channel layers, whose formats pad;
+// ResNet-18 in bf16: weights cast and reordered in one node, f32 gradients reordered to the master's layout).
 TEST(Layout, TrainingMatchesTrainingWithoutIt) {
-    for (const char* net : {"lenet5", "mobilenet_v2"}) {
+    for (const auto& [net, dtype] : {std::pair{"lenet5", DType::F32}, {"mobilenet_v2", DType::F32}, {"resnet18", DType::BF16}}) {
+        const double tol = dtype == DType::F32 ? 1e-4 : 1e-3;
         std::vector<float> losses[2];
         std::vector<std::vector<float>> weights[2];
         for (int layout = 0; layout < 2; ++layout) {
@@ -191,7 +193,8 @@ TEST(Layout, TrainingMatchesTrainingWithoutIt) {
             LowerOptions lo;
             lo.keep = {n.model.loss};
             lo.layout = layout == 1;
-            const LoweredGraph lg = lower(std::move(n.train), Plan{}, lo);
+            const Plan plan = dtype == DType::F32 ? Plan{} : precision_plan(n.train, dtype, PrecisionScope::Gemm, backends.get("cpu"));
+            const LoweredGraph lg = lower(std::move(n.train), plan, lo);
             EXPECT_EQ(lg.reorders > 0, layout == 1);
             Executor ex(lg, backends, {.seed = 7});
             data::SyntheticData synth(4);
@@ -204,10 +207,10 @@ TEST(Layout, TrainingMatchesTrainingWithoutIt) {
             for (size_t t = 0; t < lg.train.graph.num_tensors(); ++t)
                 if (lg.train.graph.tensor(TensorId(t)).role == TensorRole::Parameter) weights[layout].push_back(ex.read_f32(TensorId(t)));
         }
-        for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * std::fabs(losses[0][s])) << net << " step " << s;
+        for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], tol * std::fabs(losses[0][s])) << net << " step " << s;
         ASSERT_EQ(weights[0].size(), weights[1].size());
         for (size_t p = 0; p < weights[0].size(); ++p)
-            for (size_t i = 0; i < weights[0][p].size(); ++i) ASSERT_NEAR(weights[1][p][i], weights[0][p][i], 1e-4) << net << " parameter " << p << " element " << i;
+            for (size_t i = 0; i < weights[0][p].size(); ++i) ASSERT_NEAR(weights[1][p][i], weights[0][p][i], tol) << net << " parameter " << p << " element " << i;
     }
 }
 
