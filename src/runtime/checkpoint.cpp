@@ -98,7 +98,8 @@ void write_checkpoint(const std::string& dir, const Executor& ex, const Checkpoi
     const std::string h = header.dump();
     const uint64_t h_size = h.size();
     std::vector<std::pair<const char*, size_t>> pieces = {{kMagic, sizeof kMagic}, {reinterpret_cast<const char*>(&h_size), sizeof h_size}, {h.data(), h.size()}};
-    std::vector<std::vector<std::byte>> plain;  // blocked tensors, in the file's plain order
+    std::vector<std::vector<std::byte>> plain;  // blocked tensors, in the file's plain order (moves keep the bytes in place)
+    plain.reserve(tensors.size());
     for (TensorId id : tensors) {
         const TensorDesc& d = g.tensor(id).desc;
         if (d.layout != Layout::Blocked) {
