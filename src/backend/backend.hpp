@@ -78,6 +78,9 @@ public:
 // no wish, any layout the node's kernels read); plan/'s layout pass asks (registry.hpp: layout_wishes).
 struct LayoutWishes {
     std::vector<std::optional<TensorDesc>> inputs, outputs;
+    static LayoutWishes none(const Node& n) {  // one empty wish per operand
+        return {std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
+    }
 };
 // Whether any operand of node n is stored in a blocked layout (backends that read none refuse such nodes).
 bool has_blocked_operand(const Graph& g, NodeId n);

@@ -83,7 +83,7 @@ LayoutWishes layout_wishes(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
     const Entry* e = find(parse_device(n.device).backend);
     if (e && e->built && e->wishes) return e->wishes(g, id);
-    return {std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
+    return LayoutWishes::none(n);
 }
 
 std::vector<std::string> runnable_backends() {

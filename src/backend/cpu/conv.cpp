@@ -135,7 +135,7 @@ std::optional<TensorDesc> blocked_as(const TensorDesc& w, const memory::desc& md
 
 LayoutWishes conv_layout_wishes(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
-    LayoutWishes w{std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
+    LayoutWishes w = LayoutWishes::none(n);
     const auto& at = attrs_as<ConvAttrs>(n);
     const dt type = compute_type(n.compute);
     const engine& eng = wish_engine();

@@ -257,7 +257,7 @@ LayoutWishes CpuBackend::layout_wishes(const Graph& g, NodeId id) {
         } catch (const Error&) {
         }
     }
-    return {std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
+    return LayoutWishes::none(n);
 }
 
 bool CpuBackend::serial(const Graph& g, NodeId id) {
