@@ -196,6 +196,9 @@ std::vector<Case> make_cases() {
     batch_norm("nhwc", nhwc({3, 4, 5, 3}), true);
     batch_norm("plain", plain({2, 3, 4, 4}), true);
     batch_norm("inference", nhwc({3, 4, 5, 3}), false);
+    batch_norm("wide_nhwc", nhwc({4, 40, 6, 6}), true);
+    batch_norm("vectors_nhwc", nhwc({2, 144, 3, 3}), true);  // the cpu loops' 16-lane path: 8 + 1 vectors of channels
+    batch_norm("row_blocks_nhwc", nhwc({2, 32, 12, 12}), true);  // ... over more rows than a block
     auto norm_backward = [&](const std::string& name, K k, TensorDesc x, Shape stat) {
         cs.push_back({name, [=](Graph& g, Fills& f) {
                           const TensorDesc gm = plain({k == K::BatchNormBackward ? x.shape[1] : x.shape.back()});
@@ -207,6 +210,23 @@ std::vector<Case> make_cases() {
     };
     norm_backward("BatchNormBackward_nhwc", K::BatchNormBackward, nhwc({3, 4, 5, 3}), {4});
     norm_backward("BatchNormBackward_plain", K::BatchNormBackward, plain({2, 3, 4, 4}), {3});
+    // an activation's backward folded into batch norm's (plan/'s fuse pass, Node::pre_op): the node reads
+    // (dY, X, gamma, mean, var, Y), Y the activation's output, some of it at and beyond ReLU6's ends
+    for (const OpKind pre : {K::ReluBackward, K::Relu6Backward})
+        for (const auto& [tag, x] : {std::pair{"nhwc", nhwc({3, 4, 5, 3})}, {"plain", plain({2, 3, 4, 4})}, {"wide_nhwc", nhwc({2, 40, 3, 3})},
+                                          {"vectors_nhwc", nhwc({2, 144, 3, 3})}, {"row_blocks_nhwc", nhwc({2, 32, 12, 12})}})
+            cs.push_back({std::string("BatchNormBackward_") + tag + "_fused_" + op_name(pre), [=](Graph& g, Fills& f) {
+                              const TensorDesc c = plain({x.shape[1]});
+                              g.add(K::BatchNormBackward, NormAttrs{},
+                                    {input(g, f, "dy", x), input(g, f, "x", x), input(g, f, "gamma", c, {0.5, 1.5}),
+                                     input(g, f, "mean", c, {-0.3, 0.3}), input(g, f, "var", c, {0.3, 0.6})},
+                                    "bwd");
+                              Node n = g.node(NodeId(0));
+                              n.inputs.push_back(input(g, f, "y", x, Fill{.lo = -1, .hi = 7, .step = 0.5}));
+                              n.pre_op = pre;
+                              g = g.tensors_only();
+                              g.append(std::move(n));
+                          }});
     auto layer_norm = [&](const std::string& tag, Shape x) {
         cs.push_back({"LayerNorm_" + tag, [=](Graph& g, Fills& f) {
                           const TensorDesc h = plain({x.back()});
@@ -663,7 +683,7 @@ TEST_P(BackendOps, MatchReference) {
             bool all_its_ops = true;  // a partial backend must run a case made only of ops it says it runs
             for (NodeId n = 0; n < NodeId(g.num_nodes()); ++n)
                 if (f.runs && g.node(n).kind != OpKind::Transfer)
-                    all_its_ops = all_its_ops && f.runs(g.node(n).kind) && (g.node(n).post_op == OpKind::Count || fuses_activations(f.name));
+                    all_its_ops = all_its_ops && f.runs(g.node(n).kind) && ((g.node(n).post_op == OpKind::Count && g.node(n).pre_op == OpKind::Count) || fuses_activations(f.name));
             if (!all_its_ops) continue;  // ops the device leaves to the host by design
             if (dtype == DType::F32) ADD_FAILURE() << f.name << " does not support " << why;
             else skipped.push_back(f.name + " (" + why + ")");
@@ -683,13 +703,33 @@ INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::ValuesIn(variants()), [](co
 });
 
 // The fused cases above agree across backends; this pins what they compute: the reference's fused output
-// is the activation of the unfused output, element for element.
+// is the activation of the unfused output, element for element; a folded activation backward gives what the
+// unfused node gives on the activation's gradient dY f'(Y).
 TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
-    size_t checked = 0;
+    size_t checked = 0, checked_backward = 0;
     for (const Case& c : cases()) {
         if (c.name.find("_fused_") == std::string::npos) continue;
         Fills fills;
         Graph fused = build(c, DType::F32, fills);
+        if (fused.node(0).pre_op != OpKind::Count) {
+            Node n = fused.node(0);
+            const TensorId dy = n.inputs.front(), y = n.inputs.back();
+            Values init = initial_values(fused, fills, c.name);
+            const Values init_fused = init;
+            for (size_t i = 0; i < init[size_t(dy)].size(); ++i)  // f'(Y) is 0 or 1: the product is exact
+                init[size_t(dy)][i] *= init[size_t(y)][i] > 0 && (n.pre_op == OpKind::ReluBackward || init[size_t(y)][i] < 6) ? 1.0 : 0.0;
+            n.inputs.pop_back();
+            n.pre_op = OpKind::Count;
+            Graph plain = fused.tensors_only();
+            plain.append(n);
+            ReferenceBackend ref;
+            std::string why;
+            const std::optional<Values> got = run_on(ref, fused, init_fused, c, why), want = run_on(ref, plain, init, c, why);
+            ASSERT_TRUE(got && want) << why;
+            for (TensorId t : n.outputs) EXPECT_EQ((*got)[size_t(t)], (*want)[size_t(t)]) << c.name << " output " << fused.tensor(t).name;
+            ++checked_backward;
+            continue;
+        }
         Graph plain = fused;
         Node& n = plain.node(0);
         const OpKind act = n.post_op;
@@ -710,6 +750,7 @@ TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
         ++checked;
     }
     EXPECT_GE(checked, 20u);
+    EXPECT_EQ(checked_backward, 10u);
 }
 
 TEST(BackendOpsCatalogue, EveryOpKindHasACase) {

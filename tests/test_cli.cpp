@@ -1123,6 +1123,14 @@ TEST(Cli, TrainAndInspectUnderAPlanFile) {
     EXPECT_NE(fused.out.find("conv1: Conv2d+Relu @cpu"), std::string::npos) << fused.out.substr(0, 2000);
     EXPECT_NE(fused.out.find("fc2: Linear+Relu @cpu"), std::string::npos) << fused.out.substr(0, 2000);
     EXPECT_EQ(run_json("inspect lenet5 --batch 8 --json")["fused_activations"], 4);
+    // MobileNetV2: every batch norm + ReLU6 fused, forward and backward (35 each)
+    const Result mobile = run("inspect mobilenet_v2 --batch 2 --image-size 32 --dump-after fuse");
+    EXPECT_EQ(mobile.code, 0);
+    EXPECT_NE(mobile.out.find("features.0.1: BatchNorm2d+Relu6 @cpu"), std::string::npos) << mobile.out.substr(0, 2000);
+    EXPECT_NE(mobile.out.find("features.0.1.bwd: Relu6Backward+BatchNormBackward @cpu"), std::string::npos) << mobile.out.substr(0, 2000);
+    const auto mobile_json = run_json("inspect mobilenet_v2 --batch 2 --image-size 32 --json");
+    EXPECT_EQ(mobile_json["fused_activations"], 35);
+    EXPECT_EQ(mobile_json["fused_activation_backwards"], 35);
     // the layout pass: conv weights stored in their primitives' formats, each remaining reorder a node
     const Result laid = run("inspect resnet18 --batch 2 --image-size 32 --dump-after layout");
     EXPECT_EQ(laid.code, 0);

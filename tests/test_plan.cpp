@@ -328,11 +328,11 @@ size_t forward_activations(const Graph& g) {
 }
 
 // The fuse pass folds every ReLU of LeNet-5 (conv and linear), ResNet-18 (batch norm, residual add) and
-// VGG-16 into its producer and none of MobileNetV2's ReLU6s (they follow batch norms, which fuse ReLU only).
-// A fused node writes the activation's output; the pre-activation tensor is neither written, read nor
-// stored, and the activation's backward reads the fused node's output.
+// VGG-16 and every ReLU6 of MobileNetV2 (batch norm) into its producer. A fused node writes the
+// activation's output; the pre-activation tensor is neither written, read nor stored, and the activation's
+// backward (or the batch-norm backward it is folded into) reads the fused node's output.
 TEST(Passes, FusesActivationsIntoTheirProducers) {
-    for (const auto& [net, left] : {std::pair{"lenet5", 0}, {"resnet18", 0}, {"vgg16", 0}, {"mobilenet_v2", -1}}) {
+    for (const auto& [net, left] : {std::pair{"lenet5", 0}, {"resnet18", 0}, {"vgg16", 0}, {"mobilenet_v2", 0}}) {
         Net n = build(net, 2, std::string(net) == "lenet5" ? 0 : 32);
         const size_t before = forward_activations(n.train.graph);
         const Graph unfused = n.train.graph;
@@ -356,8 +356,10 @@ TEST(Passes, FusesActivationsIntoTheirProducers) {
             EXPECT_EQ(g.tensor(pre).producer, kNone) << node.name;
             EXPECT_TRUE(g.consumers(pre).empty()) << node.name;
             EXPECT_EQ(lg.memory.buffer_of[size_t(pre)], -1) << node.name;
+            const OpKind backward = node.post_op == OpKind::Relu ? OpKind::ReluBackward : OpKind::Relu6Backward;
             bool backward_reads_it = false;
-            for (NodeId r : g.consumers(node.outputs[0])) backward_reads_it = backward_reads_it || g.node(r).kind == (node.post_op == OpKind::Relu ? OpKind::ReluBackward : OpKind::Relu6Backward);
+            for (NodeId r : g.consumers(node.outputs[0]))
+                backward_reads_it = backward_reads_it || g.node(r).kind == backward || (g.node(r).pre_op == backward && g.node(r).inputs.back() == node.outputs[0]);
             EXPECT_TRUE(backward_reads_it) << node.name;
         }
         EXPECT_EQ(fused, lg.fused) << net;
@@ -366,7 +368,7 @@ TEST(Passes, FusesActivationsIntoTheirProducers) {
 
 // Fusion only where the result is the same graph computed with fewer passes: not when the pre-activation
 // has another reader, is kept, or lies on a device whose backend does not fuse (the emulated FPGA), not
-// for an activation the producer cannot take (batch norm with ReLU6).
+// after a producer with no fused kernel (a pooling).
 TEST(Passes, FusesOnlyWhereNothingElseSeesThePreActivation) {
     Graph g;
     const TensorId x = g.input("x", {{2, 3, 8, 8}, DType::F32, Layout::ChannelsLast});
@@ -380,9 +382,10 @@ TEST(Passes, FusesOnlyWhereNothingElseSeesThePreActivation) {
     const auto bn = g.add(OpKind::BatchNorm2d, NormAttrs{},
                           {r3, g.parameter("bn.g", {{3}}, Init::ones()), g.parameter("bn.b", {{3}}, Init::zeros()),
                            g.state("bn.m", {{3}}, Init::zeros()), g.state("bn.v", {{3}}, Init::ones())}, "bn");
-    const TensorId r4 = g.add1(OpKind::Relu6, NoAttrs{}, {bn[0]}, "r4");                              // BN takes ReLU only
+    const TensorId r4 = g.add1(OpKind::Relu6, NoAttrs{}, {bn[0]}, "r4");                              // fused
     const TensorId c5 = conv(r4, "c5");
     g.add1(OpKind::Relu, NoAttrs{}, {c5}, "r5");                                                       // on the FPGA
+    g.add1(OpKind::Relu, NoAttrs{}, {g.add1(OpKind::GlobalAvgPool, NoAttrs{}, {r4}, "pool")}, "r6");   // no fused pooling
     TrainGraph tg;
     tg.graph = std::move(g);
     const Plan plan = parse_plan(header(tg) + "entries:\n  - {node: \"c5\", device: \"fpga_emu:s10\"}\n  - {node: \"r5\", device: \"fpga_emu:s10\"}\n", "p.yaml");
@@ -391,48 +394,136 @@ TEST(Passes, FusesOnlyWhereNothingElseSeesThePreActivation) {
     const LoweredGraph lg = lower(std::move(tg), plan, lo);
     std::map<std::string, OpKind> post;
     for (const Node& n : lg.train.graph.nodes()) post[n.name] = n.post_op;
-    EXPECT_EQ(lg.fused, 1u);
+    EXPECT_EQ(lg.fused, 2u);
     EXPECT_EQ(post.at("c1"), OpKind::Relu);
-    EXPECT_FALSE(post.count("r1"));
-    for (const char* unfused : {"c2", "c3", "bn", "c5"}) EXPECT_EQ(post.at(unfused), OpKind::Count) << unfused;
-    for (const char* kept : {"r2", "r3", "r4", "r5"}) EXPECT_TRUE(post.count(kept)) << kept;
+    EXPECT_EQ(post.at("bn"), OpKind::Relu6);
+    for (const char* gone : {"r1", "r4"}) EXPECT_FALSE(post.count(gone)) << gone;
+    for (const char* unfused : {"c2", "c3", "c5", "pool"}) EXPECT_EQ(post.at(unfused), OpKind::Count) << unfused;
+    for (const char* kept : {"r2", "r3", "r5", "r6"}) EXPECT_TRUE(post.count(kept)) << kept;
 }
 
-// Training under the lowered (fused) graph follows training of the same graph unlowered, which runs every
-// activation as its own node: same initial parameters, same batches, losses step by step.
-TEST(Passes, FusedTrainingFollowsUnfusedTraining) {
-    for (const char* net : {"lenet5", "resnet18"}) {
-        std::vector<float> losses[2];
-        for (int fused = 0; fused < 2; ++fused) {
-            Net n = build(net, 2, std::string(net) == "lenet5" ? 0 : 32);
-            BackendSet backends({.threads = 2});
-            ExecutorOptions eo;
-            eo.seed = 3;
-            std::unique_ptr<Executor> ex;
-            std::optional<LoweredGraph> lg;  // outlives the executor
-            const TensorId loss = n.train.loss;
-            if (fused) {
-                LowerOptions lo;
-                lo.keep = {n.model.logits, n.model.loss};
-                lg = lower(TrainGraph(n.train), Plan{}, lo);
-                EXPECT_GT(lg->fused, 0u) << net;
-                ex = std::make_unique<Executor>(*lg, backends, eo);
-            } else {
-                eo.keep = {n.model.logits, n.model.loss};
-                ex = std::make_unique<Executor>(n.train.graph, backends.get("cpu"), eo);
-            }
-            data::SyntheticData synth(4);
-            for (int s = 0; s < 4; ++s) {
-                fill_synthetic(*ex, n.model, synth);
-                ex->run_all();
-                losses[fused].push_back(ex->f32(loss)[0]);
-            }
+// An activation's backward folds into the batch-norm backward reading its result (Node::pre_op) -- which
+// then reads (dY, X, gamma, mean, var, Y) -- unless that result is kept or read by another node too.
+TEST(Passes, FoldsActivationBackwardsIntoBatchNormBackwards) {
+    for (const int variant : {0, 1, 2}) {  // plain; the activation's gradient kept; batch norm's output read twice (gradients summed)
+        Graph g;
+        const TensorId x = g.input("x", {{2, 3, 4, 4}, DType::F32, Layout::ChannelsLast});
+        const auto bn = g.add(OpKind::BatchNorm2d, NormAttrs{},
+                              {x, g.parameter("bn.g", {{3}}, Init::ones()), g.parameter("bn.b", {{3}}, Init::zeros()),
+                               g.state("bn.m", {{3}}, Init::zeros()), g.state("bn.v", {{3}}, Init::ones())}, "bn");
+        const TensorId y = g.add1(OpKind::Relu6, NoAttrs{}, {bn[0]}, "act");
+        const TensorId out = variant == 2 ? g.add1(OpKind::Add, NoAttrs{}, {y, bn[0]}, "skip") : y;
+        const TensorId loss = g.add1(OpKind::SumTo, BroadcastAttrs{{1}, 1.0f}, {out}, "loss");
+        TrainGraph tg = build_train_graph(std::move(g), loss, OptimizerConfig::sgd(0.1f, 0.0f));
+        TensorId dz = kNone;  // the activation's gradient
+        for (const Node& n : tg.graph.nodes())
+            if (n.kind == OpKind::Relu6Backward) dz = n.outputs[0];
+        ASSERT_NE(dz, kNone);
+        LowerOptions lo;
+        lo.keep = {loss};
+        if (variant == 1) lo.keep.push_back(dz);
+        const LoweredGraph lg = lower(std::move(tg), Plan{}, lo);
+        size_t folded = 0;
+        for (const Node& n : lg.train.graph.nodes()) {
+            if (n.pre_op == OpKind::Count) continue;
+            ++folded;
+            EXPECT_EQ(n.kind, OpKind::BatchNormBackward);
+            EXPECT_EQ(n.pre_op, OpKind::Relu6Backward);
+            ASSERT_EQ(n.inputs.size(), 6u);
+            EXPECT_EQ(n.inputs.back(), y);  // Y: the output of batch norm with the ReLU6 fused in
+            EXPECT_EQ(op_label(n), "Relu6Backward+BatchNormBackward");
         }
-        for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * std::fabs(losses[0][s])) << net << " step " << s;
+        EXPECT_EQ(folded, variant == 0 ? 1u : 0u) << variant;
+        EXPECT_EQ(lg.fused_backward, folded);
+        EXPECT_EQ(lg.train.graph.tensor(dz).producer == kNone, variant == 0) << variant;
+    }
+}
+
+// Training under the fused graph follows training of the same graph lowered without fusion, which runs
+// every activation and activation backward as its own node: same initial parameters, same batches; losses
+// step by step and every parameter after three steps. LeNet-5 (conv / linear + ReLU), ResNet-18 (batch norm
+// + ReLU both ways, residual add + ReLU). MobileNetV2 at a size a test can afford is chaotic (its batch
+// norms over 2x2 pixels amplify rounding: unfused oneDNN on one thread and on two part by 0.2 % in the
+// second step's loss), so its fused batch norms are checked for accuracy below instead.
+TEST(Passes, FusedTrainingFollowsUnfusedTraining) {
+    for (const auto& [net, dtype] : {std::pair{"lenet5", DType::F32}, {"resnet18", DType::F32}}) {
+        const double tol = 1e-4;
+        std::vector<float> losses[2];
+        std::vector<std::vector<float>> weights[2];
+        for (int fuse = 0; fuse < 2; ++fuse) {
+            zoo::NetConfig cfg{.batch = 4, .image_size = std::string(net) == "lenet5" ? 0 : 64, .in_channels = 0, .classes = 10};
+            zoo::Model model = zoo::build(net, cfg);
+            const TensorId loss = model.loss;
+            TrainGraph tg = build_train_graph(std::move(model.graph), loss, OptimizerConfig::sgd(0.002f, 0.9f));
+            BackendSet backends({.threads = 2});
+            const Plan plan = dtype == DType::F32 ? Plan{} : precision_plan(tg, dtype, PrecisionScope::All, backends.get("cpu"));
+            const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {loss}, .fuse = fuse == 1});
+            EXPECT_EQ(lg.fused > 0, fuse == 1) << net;
+            EXPECT_EQ(lg.fused_backward > 0, fuse == 1 && std::string(net) != "lenet5") << net;
+            Executor ex(lg, backends, {.seed = 3});
+            data::SyntheticData synth(4);
+            for (int s = 0; s < 3; ++s) {
+                fill_synthetic(ex, model, synth);
+                ex.run_all();
+                losses[fuse].push_back(ex.f32(loss)[0]);
+            }
+            for (size_t t = 0; t < lg.train.graph.num_tensors(); ++t)
+                if (lg.train.graph.tensor(TensorId(t)).role == TensorRole::Parameter) weights[fuse].push_back(ex.read_f32(TensorId(t)));
+        }
+        const std::string what = std::string(net) + " " + dtype_name(dtype);
+        for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], tol * std::fabs(losses[0][s])) << what << " step " << s;
+        ASSERT_EQ(weights[0].size(), weights[1].size());
+        for (size_t p = 0; p < weights[0].size(); ++p)
+            for (size_t i = 0; i < weights[0][p].size(); ++i) ASSERT_NEAR(weights[1][p][i], weights[0][p][i], tol) << what << " parameter " << p << " element " << i;
     }
 }
 
 // bf16 storage trains LeNet-5 for an epoch on Fashion-MNIST to within a point of f32 (same seed).
+
+// The fused batch norms (cpu loops: forward + ReLU6, backward with the activation's backward folded in)
+// are as accurate as oneDNN's unfused primitives: one SGD step's parameter change on the cpu, fused and
+// unfused, against the reference backend's (double arithmetic): MobileNetV2 (forward + ReLU6, backward +
+// ReLU6), ResNet-18 (backward + ReLU). In f32: bf16 everywhere moves this small a MobileNetV2 by several
+// per cent off the reference fused or not (the bf16 loops are checked op by op in BackendOps).
+TEST(Passes, FusedBatchNormsAreAsAccurateAsOneDnns) {
+    for (const char* net : {"mobilenet_v2", "resnet18"}) {
+        const std::string what = net;
+        std::vector<std::vector<float>> before, after[3];  // arms: reference, cpu unfused, cpu fused
+        float losses[3] = {0, 0, 0};
+        for (int arm = 0; arm < 3; ++arm) {
+            zoo::Model model = zoo::build(net, {.batch = 4, .image_size = 32, .in_channels = 0, .classes = 10});
+            const TensorId loss = model.loss;
+            TrainGraph tg = build_train_graph(std::move(model.graph), loss, OptimizerConfig::sgd(0.01f, 0.0f));
+            BackendSet backends({.threads = 2});
+            Plan plan;
+            if (arm == 0) plan.default_device = "reference";
+            const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {loss}, .fuse = arm == 2});
+            EXPECT_EQ(lg.fused_backward > 0, arm == 2) << what;
+            Executor ex(lg, backends, {.seed = 3});
+            auto params = [&] {
+                std::vector<std::vector<float>> w;
+                for (size_t t = 0; t < lg.train.graph.num_tensors(); ++t)
+                    if (lg.train.graph.tensor(TensorId(t)).role == TensorRole::Parameter) w.push_back(ex.read_f32(TensorId(t)));
+                return w;
+            };
+            if (arm == 0) before = params();
+            data::SyntheticData synth(4);
+            fill_synthetic(ex, model, synth);
+            ex.run_all();
+            losses[arm] = ex.f32(loss)[0];
+            after[arm] = params();
+        }
+        double step = 0, err[3] = {0, 0, 0};  // |change| and |change - the reference's change| over all parameters
+        for (size_t p = 0; p < before.size(); ++p)
+            for (size_t i = 0; i < before[p].size(); ++i) {
+                step += std::pow(double(after[0][p][i]) - before[p][i], 2);
+                for (int arm : {1, 2}) err[arm] += std::pow(double(after[arm][p][i]) - after[0][p][i], 2);
+            }
+        for (int arm : {1, 2}) EXPECT_NEAR(losses[arm], losses[0], 1e-4 * losses[0]) << what << " arm " << arm;
+        EXPECT_LT(std::sqrt(err[1]), 0.1 * std::sqrt(step)) << what;
+        EXPECT_LE(std::sqrt(err[2]), 1.1 * std::sqrt(err[1])) << what << ": fused " << std::sqrt(err[2]) << ", unfused " << std::sqrt(err[1]) << " off the reference";
+    }
+}
 
 }  // namespace
 }  // namespace joule

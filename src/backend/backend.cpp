@@ -41,6 +41,8 @@ Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, c
     if (n.kind == OpKind::Cast) return {};
     if (n.post_op != OpKind::Count && !fusable(n.kind, n.post_op))
         return {false, std::string("no fused ") + op_name(n.kind) + "+" + op_name(n.post_op) + " kernel"};
+    if (n.pre_op != OpKind::Count && !fusable_backward(n.pre_op, n.kind))
+        return {false, std::string("no fused ") + op_name(n.pre_op) + "+" + op_name(n.kind) + " kernel"};
     if (n.compute != DType::F32 && n.compute != DType::BF16)
         return {false, backend + " computes in f32 or bf16, not " + dtype_name(n.compute)};
     if (n.compute == DType::F32) return {};

@@ -15,7 +15,7 @@ struct Entry {
     bool built;
     const char* why_not;  // when not built or not runnable
     bool allreduce;       // runs the all-reduce nodes of a data-parallel job on its own memory
-    bool fuses;           // runs nodes with a fused activation (Node::post_op)
+    bool fuses;           // runs nodes with a fused activation or activation backward (Node::post_op, pre_op)
     std::unique_ptr<Backend> (*make)(const std::string& device, const BackendOptions&);
     LayoutWishes (*wishes)(const Graph&, NodeId) = nullptr;  // the layouts its kernels want (none: no wishes)
 };

@@ -38,8 +38,8 @@ DeviceStatus device_status(const std::string& device);
 // Whether the device's backend runs the all-reduce nodes of a data-parallel job on its own memory (the
 // host backends, over MPI); the gradients of a device that does not are all-reduced on the host ("cpu").
 bool runs_allreduce(const std::string& device);
-// Whether the device's backend runs a node with a fused activation (Node::post_op); plan/'s fuse pass
-// fuses only there.
+// Whether the device's backend runs a node with a fused activation or activation backward (Node::post_op,
+// Node::pre_op); plan/'s fuse pass fuses only there.
 bool fuses_activations(const std::string& device);
 // The layouts the device's backend wants for node n's operands (plan/'s layout pass); none for a device
 // this build cannot run.

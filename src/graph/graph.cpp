@@ -52,7 +52,7 @@ TensorId Graph::constant(const std::string& name, const TensorDesc& desc, Init i
 
 std::vector<TensorDesc> Graph::infer(const Node& node, const std::string& where) const {
     const OpInfo& info = op_info(node.kind);
-    const int n_in = int(node.inputs.size());
+    const int n_in = int(node.inputs.size()) - (node.pre_op != OpKind::Count);  // a fused activation backward's Y is one past
     if (n_in < info.min_inputs || (info.max_inputs >= 0 && n_in > info.max_inputs))
         throw Error(where + ": takes " + std::to_string(info.min_inputs) +
                     (info.max_inputs == info.min_inputs ? "" : (info.max_inputs < 0 ? "+" : "-" + std::to_string(info.max_inputs))) +
@@ -61,6 +61,14 @@ std::vector<TensorDesc> Graph::infer(const Node& node, const std::string& where)
     for (TensorId t : node.inputs) {
         if (t < 0 || size_t(t) >= tensors_.size()) throw Error(where + ": input tensor id " + std::to_string(t) + " does not exist");
         in.push_back(tensors_[size_t(t)].desc);
+    }
+    if (node.pre_op != OpKind::Count) {
+        if (!fusable_backward(node.pre_op, node.kind))
+            throw Error(where + ": cannot take " + op_name(node.pre_op) + " as a fused activation backward");
+        if (!(in.back() == in.front()))
+            throw Error(where + ": the fused " + op_name(node.pre_op) + " reads an output " + desc_str(in.back()) + " unlike its gradient " +
+                        desc_str(in.front()));
+        in.pop_back();
     }
     try {
         return info.shape(node, in);
@@ -184,6 +192,7 @@ bool is_dtype_cast(const Graph& g, NodeId id) {
 std::string op_label(const Node& n) {
     if (n.kind == OpKind::Cast && attrs_as<CastAttrs>(n).reorder) return "Reorder";  // with a cast or not: the name says
     std::string s = op_name(n.kind);
+    if (n.pre_op != OpKind::Count) s = op_name(n.pre_op) + ("+" + s);  // in the order they compute
     if (n.post_op != OpKind::Count) s += std::string("+") + op_name(n.post_op);
     return s;
 }

@@ -230,16 +230,21 @@ inline bool backward_reads_output(OpKind k) {
 }
 
 // Whether activation `act` may be fused into a node of kind `producer` as the last step of its forward
-// (oneDNN's eltwise post-op on convolution, inner product, matmul and binary; batch normalization's
-// fuse_norm_relu flag, ReLU only). Only activations whose backward reads their output qualify (ReLU,
-// ReLU6): the pre-activation tensor is then never stored.
+// (oneDNN's eltwise post-op on convolution, inner product, matmul and binary; batch normalization with
+// ReLU or ReLU6: oneDNN's fuse_norm_relu flag or the cpu backend's own loop). Only activations whose
+// backward reads their output qualify (ReLU, ReLU6): the pre-activation tensor is then never stored.
 inline bool fusable(OpKind producer, OpKind act) {
     if (act != OpKind::Relu && act != OpKind::Relu6) return false;
     switch (producer) {
-        case OpKind::Conv2d: case OpKind::Linear: case OpKind::MatMul: case OpKind::Add: return true;
-        case OpKind::BatchNorm2d: return act == OpKind::Relu;
+        case OpKind::Conv2d: case OpKind::Linear: case OpKind::MatMul: case OpKind::Add: case OpKind::BatchNorm2d: return true;
         default: return false;
     }
+}
+// Whether an activation's backward `act_backward` (reading the activation's output Y) may be folded into
+// the node of kind `consumer` that reads its result as input 0 (Node::pre_op): batch norm's backward, which
+// then computes the activation's gradient as it reads it instead of reading a stored one.
+inline bool fusable_backward(OpKind act_backward, OpKind consumer) {
+    return (act_backward == OpKind::ReluBackward || act_backward == OpKind::Relu6Backward) && consumer == OpKind::BatchNormBackward;
 }
 
 struct Node;

@@ -362,13 +362,40 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
         Node& n = g.node(NodeId(k));
         if (n.source != kNone && folded[size_t(n.source)] != kNone) n.source = folded[size_t(n.source)];
     }
+    // An activation's backward folds into the node reading its result (fusable_backward: batch norm's
+    // backward) on the same terms: the result's only reader, same storage, same device and precision.
+    std::vector<bool> folded_backward(g.num_nodes(), false);
+    struct Pre {
+        OpKind kind = OpKind::Count;
+        TensorId dy = kNone, y = kNone;
+    };
+    std::vector<Pre> pre(g.num_nodes());  // per consumer: the activation backward (dY, Y) folded into it
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& n = g.node(NodeId(k));
+        if (n.inputs.empty() || n.pre_op != OpKind::Count) continue;
+        const TensorId dz = n.inputs[0];
+        const NodeId a = g.tensor(dz).producer;
+        if (a == kNone) continue;
+        const Node& act = g.node(a);
+        if (!fusable_backward(act.kind, n.kind) || act.outputs[0] != dz || g.consumers(dz).size() != 1 || kept[size_t(dz)] ||
+            !(g.tensor(dz).desc == g.tensor(act.inputs[0]).desc) || act.device != n.device || act.compute != n.compute ||
+            !fuses_activations(n.device))
+            continue;
+        folded_backward[size_t(a)] = true;
+        pre[k] = {act.kind, act.inputs[0], act.inputs[1]};
+    }
     size_t k = 0;  // rebuild() rewrites the nodes in order
     return rebuild(std::move(tg), [&](Node& n, Graph&) {
         const size_t id = k++;
-        if (folded[id] != kNone) return false;
+        if (folded[id] != kNone || folded_backward[id]) return false;
         if (const auto [act, y] = fused[id]; y != kNone) {
             n.outputs[0] = y;
             n.post_op = act;
+        }
+        if (const Pre& p = pre[id]; p.kind != OpKind::Count) {
+            n.inputs[0] = p.dy;
+            n.inputs.push_back(p.y);
+            n.pre_op = p.kind;
         }
         return true;
     });
@@ -594,7 +621,8 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     dump("layout", tg.graph);
     const size_t unfused = tg.graph.num_nodes();
     if (o.fuse) tg = fuse_activations(std::move(tg), o.keep);
-    lg.fused = unfused - tg.graph.num_nodes();
+    for (const Node& n : tg.graph.nodes()) lg.fused_backward += n.pre_op != OpKind::Count;
+    lg.fused = unfused - tg.graph.num_nodes() - lg.fused_backward;
     dump("fuse", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {

@@ -29,7 +29,10 @@
 //   fuse_activations  a Relu or Relu6 folds into the node producing its input (Node::post_op) when that
 //                     node is fusable() with it, on a device whose backend fuses (fuses_activations), and
 //                     the activation is the input's only reader (its backward reads its output), same
-//                     storage, not kept; the pre-activation tensor is then neither written nor stored
+//                     storage, not kept; the pre-activation tensor is then neither written nor stored.
+//                     Likewise a ReluBackward / Relu6Backward folds into the batch-norm backward reading its
+//                     result (Node::pre_op, fusable_backward): that node reads (dY, ..., Y) and the
+//                     activation's gradient is never stored
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -73,6 +76,7 @@ struct LoweredGraph {
     std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
     size_t fused = 0;                                                 // activations folded into their producers
+    size_t fused_backward = 0;                                        // activation backwards folded into their readers
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };

@@ -3,8 +3,16 @@
 // after each training forward as PyTorch does (unbiased variance into the running estimate). In bf16
 // the data tensors are bf16; statistics, scale and shift stay f32 (oneDNN's bf16 normalisation).
 // A fused ReLU (Node::post_op) is oneDNN's fuse_norm_relu flag; the workspace (a mask of the ReLU) that
-// training forward writes is the kernel's own: ReluBackward reads the output instead.
+// training forward writes is the kernel's own: ReluBackward reads the output instead. oneDNN 2.6 fuses
+// nothing else into batch norm, so the two fusions it lacks are loops of joule's own (BatchNormActLoops):
+// forward with ReLU6, and backward with the activation's backward folded in (Node::pre_op).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
 #include "backend/cpu/kernels.hpp"
+#include "graph/bf16.hpp"
 
 namespace joule::cpu {
 
@@ -14,13 +22,22 @@ const normalization_flags kScaleShift = normalization_flags::use_scale | normali
 
 std::string norm_key(const TensorDesc& x, const NormAttrs& at, dt type) { return key_of(x) + std::to_string(at.eps) + "t" + std::to_string(int(type)); }
 
+// After a training forward: running = (1 - momentum) running + momentum batch, the variance unbiased as PyTorch's.
+void update_running_stats(float m, int64_t channels, int64_t count, const float* mean, const float* var, float* running_mean, float* running_var) {
+    const float unbias = count > 1 ? float(count) / float(count - 1) : 1.0f;
+    for (int64_t c = 0; c < channels; ++c) {
+        running_mean[c] = (1 - m) * running_mean[c] + m * mean[c];
+        running_var[c] = (1 - m) * running_var[c] + m * var[c] * unbias;
+    }
+}
+
 class BatchNormForward : public Kernel {
 public:
     explicit BatchNormForward(const KernelArgs& a) : train_(a.ctx), infer_(a.ctx), attrs_(attrs_as<NormAttrs>(a.node)) {
         const TensorDesc& x = a.in_desc(0);
         const dt type = compute_type(a.node.compute);
         const memory::desc data = md_of(x), cdata = with_type(data, type);
-        JOULE_ASSERT(a.node.post_op == OpKind::Count || a.node.post_op == OpKind::Relu, "batch norm fuses ReLU only");
+        JOULE_ASSERT(a.node.post_op == OpKind::Count || a.node.post_op == OpKind::Relu, "oneDNN's batch norm fuses ReLU only");
         const normalization_flags flags = a.node.post_op == OpKind::Relu ? kScaleShift | normalization_flags::fuse_norm_relu : kScaleShift;
         const std::string key = norm_key(x, attrs_, type) + post_op_key(a.node);
         auto train = a.ctx.cache.get<batch_normalization_forward>(key, [&] {
@@ -57,12 +74,7 @@ public:
             return;
         }
         train_.run(rc);
-        const float m = attrs_.momentum;
-        const float unbias = count_ > 1 ? float(count_) / float(count_ - 1) : 1.0f;
-        for (int64_t c = 0; c < channels_; ++c) {
-            running_mean_[c] = (1 - m) * running_mean_[c] + m * mean_[c];
-            running_var_[c] = (1 - m) * running_var_[c] + m * var_[c] * unbias;
-        }
+        update_running_stats(attrs_.momentum, channels_, count_, mean_, var_, running_mean_, running_var_);
     }
 
 private:
@@ -70,6 +82,334 @@ private:
     NormAttrs attrs_;
     int64_t channels_ = 0, count_ = 0;
     float *running_mean_, *running_var_, *mean_, *var_;
+};
+
+// Batch norm's own loops (f32 arithmetic over f32 or bf16 storage), for the fusions oneDNN lacks. The data
+// tensor is seen as [outer, C, inner]: nhwc as [N*H*W, C, 1] (a row of C channels per pixel), nchw as
+// [N, C, H*W]. nhwc with C a multiple of 16 (every fused batch norm of the zoo) runs on 16-lane vectors
+// (GCC's vector extension), the sums kept in registers for up to 128 channels at a time, a row block at a
+// time; other shapes run plain loops. The loops are compiled twice, for x86-64-v4 (AVX-512: the *_v4
+// wrappers) and for the baseline, and picked at run time (kHasV4). Channel sums end in double, per thread,
+// added up after; forward's are shifted by the channel's first element (robust one-pass variance).
+inline float ld(const float* p, int64_t i) { return p[i]; }
+inline float ld(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+inline void st(float* p, int64_t i, float v) { p[i] = v; }
+inline void st(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+
+// The vector helpers are always inlined into the loops: no v16 crosses a call, so GCC's note that passing
+// 64-byte vectors without AVX-512 changes the ABI does not apply (GCC reports it at the end of the file,
+// hence no pop).
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define JOULE_INLINE inline __attribute__((always_inline))
+// The loops' x86-64-v4 builds (JOULE_V4: the *_v4 wrappers), called where the CPU has it (kHasV4).
+#if defined(__x86_64__)
+#define JOULE_V4 __attribute__((target("arch=x86-64-v4")))
+const bool kHasV4 = __builtin_cpu_supports("x86-64-v4");
+#else
+#define JOULE_V4
+const bool kHasV4 = false;
+#endif
+constexpr int64_t kLanes = 16;
+typedef float v16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+JOULE_INLINE v16 ld16(const float* p) {
+    v16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+JOULE_INLINE v16 ld16(const uint16_t* p) {
+    u16x16 h;
+    std::memcpy(&h, p, sizeof h);
+    return v16(__builtin_convertvector(h, u32x16) << 16);
+}
+JOULE_INLINE void st16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
+JOULE_INLINE void st16(uint16_t* p, v16 v) {  // f32_to_bf16 on each lane: round to nearest even, NaN kept quiet
+    const u32x16 u = u32x16(v), rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const u16x16 h = __builtin_convertvector(v != v ? (u >> 16) | 0x40u : rounded, u16x16);
+    std::memcpy(p, &h, sizeof h);
+}
+JOULE_INLINE v16 splat(float x) { return v16{} + x; }
+
+// The fused activation's ceiling: ReLU6 6, ReLU none. act(v) = min(max(v, 0), hi); its gradient from its
+// output y is dy where 0 < y < hi (zero at both ends, as PyTorch's), else 0.
+inline float act_ceiling(OpKind a) { return a == OpKind::Relu6 || a == OpKind::Relu6Backward ? 6.0f : std::numeric_limits<float>::infinity(); }
+inline float act_grad(float dy, float y, float hi) { return dy * float((y > 0.0f) & (y < hi)); }
+// GCC 12 lowers a vector comparison lane by lane unless the function it is written in targets AVX-512 (an
+// inlined helper, or a target_clones clone, does not), but folds `a < b ? a : b` to a min: so the mask is
+// integer arithmetic on
+// d = max(min(y, hi - y), 0) + 0, which is +0 exactly where f'(y) = 0: (bits | -bits) >> 31 is all ones
+// iff bits != 0.
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+JOULE_INLINE v16 act_grad(v16 dy, v16 y, v16 hi) {
+    const v16 zero = {}, t = hi - y, m = y < t ? y : t, d = (m > zero ? m : zero) + zero;
+    const i32x16 bits = i32x16(d), mask = (bits | -bits) >> 31;
+    return v16(i32x16(dy) & mask);
+}
+inline float act(float v, float hi) { return std::min(std::max(v, 0.0f), hi); }
+JOULE_INLINE v16 act(v16 v, v16 hi) {
+    v = v > 0.0f ? v : 0.0f;
+    return v < hi ? v : hi;
+}
+
+struct NormView {
+    int64_t outer, channels, inner;
+    int64_t count() const { return outer * inner; }  // elements per channel
+    bool vectors() const { return inner == 1 && channels % kLanes == 0; }
+};
+NormView norm_view(const TensorDesc& x) {
+    const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3];
+    return x.layout == Layout::ChannelsLast ? NormView{n * hw, c, 1} : NormView{n, c, hw};
+}
+
+// Per channel c: s1[c], s2[c], the sums of the pair f(i, c) gives for element i of channel c (f.vec: for
+// the 16 elements from i, channels c..c+15). Vectors: rows split among the threads; per block of rows,
+// V vectors of channels summed in registers, then added in double into the thread's slice of `partial`.
+// Otherwise: channels split, summed in double.
+constexpr int64_t kRowBlock = 256;
+template <int V, class F>
+JOULE_INLINE void block_sums(const F& f, int64_t C, int64_t c0, int64_t r0, int64_t r1, double* __restrict s1, double* __restrict s2) {
+    v16 u[V] = {}, w[V] = {};
+    for (int64_t r = r0; r < r1; ++r)
+        for (int k = 0; k < V; ++k) {
+            const auto [a, b] = f.vec(r * C + c0 + k * kLanes, c0 + k * kLanes);
+            u[k] += a, w[k] += b;
+        }
+    for (int k = 0; k < V; ++k)
+        for (int j = 0; j < kLanes; ++j) s1[c0 + k * kLanes + j] += double(u[k][j]), s2[c0 + k * kLanes + j] += double(w[k][j]);
+}
+template <class F>
+JOULE_INLINE void row_sums(const F& f, int64_t C, int64_t begin, int64_t end, double* s1, double* s2) {
+    for (int64_t r0 = begin; r0 < end; r0 += kRowBlock)
+        for (int64_t c0 = 0; c0 < C; c0 += 8 * kLanes) {
+            const int64_t r1 = std::min(end, r0 + kRowBlock);
+            switch (std::min<int64_t>(8, (C - c0) / kLanes)) {
+                case 1: block_sums<1>(f, C, c0, r0, r1, s1, s2); break;
+                case 2: block_sums<2>(f, C, c0, r0, r1, s1, s2); break;
+                case 3: block_sums<3>(f, C, c0, r0, r1, s1, s2); break;
+                case 4: block_sums<4>(f, C, c0, r0, r1, s1, s2); break;
+                case 5: block_sums<5>(f, C, c0, r0, r1, s1, s2); break;
+                case 6: block_sums<6>(f, C, c0, r0, r1, s1, s2); break;
+                case 7: block_sums<7>(f, C, c0, r0, r1, s1, s2); break;
+                default: block_sums<8>(f, C, c0, r0, r1, s1, s2); break;
+            }
+        }
+}
+template <class F>
+JOULE_V4 void row_sums_v4(const F& f, int64_t C, int64_t begin, int64_t end, double* s1, double* s2) {
+    row_sums(f, C, begin, end, s1, s2);
+}
+template <class F>
+void channel_sums(const NormView& v, std::vector<double>& partial, double* s1, double* s2, const F& f) {
+    const int64_t C = v.channels;
+    if (v.vectors()) {
+        const int nthr = omp_get_max_threads();
+        if (partial.size() < size_t(2 * C * nthr)) partial.resize(size_t(2 * C * nthr));
+        std::fill(partial.begin(), partial.begin() + 2 * C * nthr, 0.0);
+        parallel_chunks(v.outer, [&](int64_t begin, int64_t end) {
+            double* a = partial.data() + 2 * C * omp_get_thread_num();
+            kHasV4 ? row_sums_v4(f, C, begin, end, a, a + C) : row_sums(f, C, begin, end, a, a + C);
+        });
+        for (int64_t c = 0; c < C; ++c) {
+            s1[c] = s2[c] = 0;
+            for (int t = 0; t < nthr; ++t) s1[c] += partial[size_t(2 * C * t + c)], s2[c] += partial[size_t(2 * C * t + C + c)];
+        }
+        return;
+    }
+    parallel_chunks(C, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+            s1[c] = s2[c] = 0;
+            for (int64_t o = 0; o < v.outer; ++o)
+                for (int64_t i = (o * C + c) * v.inner; i < (o * C + c + 1) * v.inner; ++i) {
+                    const auto [u, w] = f(i, c);
+                    s1[c] += double(u), s2[c] += double(w);
+                }
+        }
+    });
+}
+
+// Forward's shifted sums: x - k_c and its square (k_c: the channel's first element).
+template <class T>
+struct ShiftedSums {
+    const T* x;
+    const float* k;
+    std::pair<float, float> operator()(int64_t i, int64_t c) const {
+        const float d = ld(x, i) - k[c];
+        return {d, d * d};
+    }
+    JOULE_INLINE std::pair<v16, v16> vec(int64_t i, int64_t c) const {
+        const v16 d = ld16(x + i) - ld16(k + c);
+        return {d, d * d};
+    }
+};
+
+// Backward's sums with the activation backward folded in: dz = dy f'(y) and dz (x - mean_c).
+template <class T>
+struct GradSums {
+    const T *dy, *x, *y;
+    const float* mean;
+    float hi;
+    std::pair<float, float> operator()(int64_t i, int64_t c) const {
+        const float dz = act_grad(ld(dy, i), ld(y, i), hi);
+        return {dz, dz * (ld(x, i) - mean[c])};
+    }
+    JOULE_INLINE std::pair<v16, v16> vec(int64_t i, int64_t c) const {
+        const v16 dz = act_grad(ld16(dy + i), ld16(y + i), splat(hi));
+        return {dz, dz * (ld16(x + i) - ld16(mean + c))};
+    }
+};
+
+// Element-wise passes over rows (nhwc) or (n, c) runs (nchw) [begin, end). Forward:
+// y = act((x - mean_c) a_c + beta_c) (x - mean first: exact for x near the mean, where x a_c - mean_c a_c
+// would cancel).
+template <class T>
+JOULE_INLINE void scale_shift_act(const T* __restrict x, T* __restrict y, const float* __restrict mean, const float* __restrict a,
+                                  const float* __restrict beta, NormView v, float hi, int64_t begin, int64_t end) {
+    const int64_t C = v.channels;
+    if (v.vectors()) {
+        const v16 h = splat(hi);
+        for (int64_t r = begin; r < end; ++r)
+            for (int64_t c = 0; c < C; c += kLanes) st16(y + r * C + c, act((ld16(x + r * C + c) - ld16(mean + c)) * ld16(a + c) + ld16(beta + c), h));
+        return;
+    }
+    const int64_t n = v.inner == 1 ? C : v.inner;  // elements per unit
+    for (int64_t u = begin; u < end; ++u)
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t i = u * n + j, c = v.inner == 1 ? j : u % C;
+            st(y, i, act((ld(x, i) - mean[c]) * a[c] + beta[c], hi));
+        }
+}
+// Backward: dx = dy f'(y) a_c + (x - mean_c) b_c + k_c.
+template <class T>
+JOULE_INLINE void grad_input(const T* __restrict dy, const T* __restrict x, const T* __restrict y, T* __restrict dx, const float* __restrict mean,
+                             const float* __restrict a, const float* __restrict b, const float* __restrict k, NormView v, float hi, int64_t begin,
+                             int64_t end) {
+    const int64_t C = v.channels;
+    if (v.vectors()) {
+        const v16 h = splat(hi);
+        for (int64_t r = begin; r < end; ++r)
+            for (int64_t c = 0; c < C; c += kLanes) {
+                const int64_t i = r * C + c;
+                st16(dx + i, act_grad(ld16(dy + i), ld16(y + i), h) * ld16(a + c) + (ld16(x + i) - ld16(mean + c)) * ld16(b + c) + ld16(k + c));
+            }
+        return;
+    }
+    const int64_t n = v.inner == 1 ? C : v.inner;  // elements per unit
+    for (int64_t u = begin; u < end; ++u)
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t i = u * n + j, c = v.inner == 1 ? j : u % C;
+            st(dx, i, act_grad(ld(dy, i), ld(y, i), hi) * a[c] + (ld(x, i) - mean[c]) * b[c] + k[c]);
+        }
+}
+// The element-wise passes' unit of work: rows (nhwc) or (n, c) runs (nchw).
+int64_t pass_units(const NormView& v) { return v.inner == 1 ? v.outer : v.outer * v.channels; }
+
+// The loops above compiled for x86-64-v4 (row_sums_v4 is beside row_sums).
+template <class T>
+JOULE_V4 void scale_shift_act_v4(const T* x, T* y, const float* mean, const float* a, const float* beta, NormView v, float hi, int64_t begin, int64_t end) {
+    scale_shift_act(x, y, mean, a, beta, v, hi, begin, end);
+}
+template <class T>
+JOULE_V4 void grad_input_v4(const T* dy, const T* x, const T* y, T* dx, const float* mean, const float* a, const float* b, const float* k, NormView v,
+                            float hi, int64_t begin, int64_t end) {
+    grad_input(dy, x, y, dx, mean, a, b, k, v, hi, begin, end);
+}
+
+// BatchNorm2d with a fused activation oneDNN cannot fuse (ReLU6): training forward in two passes over X
+// (shifted sums; normalise, scale, shift and activate) instead of oneDNN's batch norm and a separate eltwise.
+class BatchNormActForward : public Kernel {
+public:
+    explicit BatchNormActForward(const KernelArgs& a)
+        : attrs_(attrs_as<NormAttrs>(a.node)), view_(norm_view(a.in_desc(0))), post_(a.node.post_op), bf16_(a.in_desc(0).dtype == DType::BF16),
+          x_(a.in[0]), y_(a.out[0]), gamma_(static_cast<const float*>(a.in[1])), beta_(static_cast<const float*>(a.in[2])),
+          running_mean_(static_cast<float*>(a.in[3])), running_var_(static_cast<float*>(a.in[4])), mean_(static_cast<float*>(a.out[1])),
+          var_(static_cast<float*>(a.out[2])), scale_(size_t(view_.channels)), first_(size_t(view_.channels)),
+          s1_(size_t(view_.channels)), s2_(size_t(view_.channels)) {
+        JOULE_ASSERT(a.in_desc(0).dtype == a.out_desc(0).dtype && (a.in_desc(0).dtype == DType::F32 || bf16_), "batch norm loops: f32 or bf16 data");
+    }
+    void run(const RunContext& rc) override { bf16_ ? run_as<uint16_t>(rc) : run_as<float>(rc); }
+
+private:
+    template <class T>
+    void run_as(const RunContext& rc) {
+        const T* x = static_cast<const T*>(x_);
+        const int64_t C = view_.channels;
+        const float* mean = running_mean_;
+        const float* var = running_var_;
+        if (rc.training) {
+            for (int64_t c = 0; c < C; ++c) first_[size_t(c)] = ld(x, c * view_.inner);  // element (0, c, 0)
+            channel_sums(view_, partial_, s1_.data(), s2_.data(), ShiftedSums<T>{x, first_.data()});
+            const double m = double(view_.count());
+            for (int64_t c = 0; c < C; ++c) {
+                const double d = s1_[size_t(c)] / m;
+                mean_[c] = float(double(first_[size_t(c)]) + d);
+                var_[c] = float(std::max(0.0, s2_[size_t(c)] / m - d * d));
+            }
+            mean = mean_, var = var_;
+        }
+        for (int64_t c = 0; c < C; ++c) scale_[size_t(c)] = gamma_[c] / std::sqrt(var[c] + attrs_.eps);
+        parallel_chunks(pass_units(view_), [&](int64_t begin, int64_t end) {
+            (kHasV4 ? scale_shift_act_v4<T> : scale_shift_act<T>)(x, static_cast<T*>(y_), mean, scale_.data(), beta_, view_, act_ceiling(post_), begin, end);
+        });
+        if (rc.training) update_running_stats(attrs_.momentum, C, view_.count(), mean_, var_, running_mean_, running_var_);
+    }
+
+    NormAttrs attrs_;
+    NormView view_;
+    OpKind post_;
+    bool bf16_;
+    const void* x_;
+    void* y_;
+    const float *gamma_, *beta_;
+    float *running_mean_, *running_var_, *mean_, *var_;
+    std::vector<float> scale_, first_;
+    std::vector<double> s1_, s2_, partial_;
+};
+
+// BatchNormBackward with the activation's backward folded in (Node::pre_op): (dY, X, gamma, mean, var, Y) ->
+// (dX, dgamma, dbeta), the activation's gradient dY f'(Y) computed where it is read, in two passes over
+// (dY, X, Y) instead of a stored gradient written by one node and read twice by another.
+class BatchNormActBackward : public Kernel {
+public:
+    explicit BatchNormActBackward(const KernelArgs& a)
+        : eps_(attrs_as<NormAttrs>(a.node).eps), view_(norm_view(a.in_desc(1))), pre_(a.node.pre_op), bf16_(a.in_desc(1).dtype == DType::BF16),
+          dy_(a.in[0]), x_(a.in[1]), y_(a.in[5]), dx_(a.out[0]), gamma_(static_cast<const float*>(a.in[2])), mean_(static_cast<const float*>(a.in[3])),
+          var_(static_cast<const float*>(a.in[4])), dgamma_(static_cast<float*>(a.out[1])), dbeta_(static_cast<float*>(a.out[2])),
+          a_(size_t(view_.channels)), b_(size_t(view_.channels)), k_(size_t(view_.channels)), s1_(size_t(view_.channels)), s2_(size_t(view_.channels)) {
+        JOULE_ASSERT(a.node.inputs.size() == 6 && (a.in_desc(1).dtype == DType::F32 || bf16_), "batch norm loops: f32 or bf16 data, Y last");
+    }
+    void run(const RunContext&) override { bf16_ ? run_as<uint16_t>() : run_as<float>(); }
+
+private:
+    template <class T>
+    void run_as() {
+        const T *dy = static_cast<const T*>(dy_), *x = static_cast<const T*>(x_), *y = static_cast<const T*>(y_);
+        const int64_t C = view_.channels;
+        channel_sums(view_, partial_, s1_.data(), s2_.data(), GradSums<T>{dy, x, y, mean_, act_ceiling(pre_)});
+        const double m = double(view_.count());
+        for (int64_t c = 0; c < C; ++c) {
+            const double rstd = 1.0 / std::sqrt(double(var_[c]) + double(eps_)), g = double(gamma_[c]);
+            dbeta_[c] = float(s1_[size_t(c)]);
+            dgamma_[c] = float(s2_[size_t(c)] * rstd);
+            a_[size_t(c)] = float(g * rstd);
+            b_[size_t(c)] = float(-g * rstd * rstd * rstd * s2_[size_t(c)] / m);
+            k_[size_t(c)] = float(-g * rstd * s1_[size_t(c)] / m);
+        }
+        parallel_chunks(pass_units(view_), [&](int64_t begin, int64_t end) {
+            (kHasV4 ? grad_input_v4<T> : grad_input<T>)(dy, x, y, static_cast<T*>(dx_), mean_, a_.data(), b_.data(), k_.data(), view_, act_ceiling(pre_), begin, end);
+        });
+    }
+
+    float eps_;
+    NormView view_;
+    OpKind pre_;
+    bool bf16_;
+    const void *dy_, *x_, *y_;
+    void* dx_;
+    const float *gamma_, *mean_, *var_;
+    float *dgamma_, *dbeta_;
+    std::vector<float> a_, b_, k_;
+    std::vector<double> s1_, s2_, partial_;
 };
 
 // (dY, X, gamma, mean, var) -> (dX, dgamma, dbeta) for either normalisation, given its forward primitive.
@@ -133,8 +473,12 @@ std::unique_ptr<Kernel> layer_norm(const KernelArgs& a) {
 
 std::unique_ptr<Kernel> make_norm(const KernelArgs& a) {
     switch (a.node.kind) {
-        case OpKind::BatchNorm2d: return std::make_unique<BatchNormForward>(a);
-        case OpKind::BatchNormBackward: return batch_norm_backward(a);
+        case OpKind::BatchNorm2d:
+            if (a.node.post_op == OpKind::Relu6) return std::make_unique<BatchNormActForward>(a);
+            return std::make_unique<BatchNormForward>(a);
+        case OpKind::BatchNormBackward:
+            if (a.node.pre_op != OpKind::Count) return std::make_unique<BatchNormActBackward>(a);
+            return batch_norm_backward(a);
         default: return layer_norm(a);
     }
 }

@@ -51,7 +51,8 @@ Support FpgaEmuBackend::supports(const Graph& g, NodeId id) const {
     const Node& n = g.node(id);
     if (n.kind != OpKind::Transfer && !predict::fpga_runs(n.kind))
         return {false, std::string("no FPGA kernel for ") + op_name(n.kind) + " (it runs on the host)"};
-    if (n.post_op != OpKind::Count) return {false, std::string("no FPGA kernel with a fused ") + op_name(n.post_op) + " (the fuse pass leaves FPGA nodes unfused)"};
+    for (const OpKind f : {n.post_op, n.pre_op})
+        if (f != OpKind::Count) return {false, std::string("no FPGA kernel with a fused ") + op_name(f) + " (the fuse pass leaves FPGA nodes unfused)"};
     if (n.compute == DType::BF16 && !model_.has(DType::BF16)) return {false, spec().name + " has no bf16 arithmetic"};
     if (has_blocked_operand(g, id)) return {false, "an operand is in a blocked layout; FPGA kernels read plain and nhwc tensors"};
     return functional_.supports(g, id);  // the dtype contract: f32 or bf16 operands, f32 losses and updates

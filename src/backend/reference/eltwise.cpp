@@ -85,6 +85,16 @@ std::unique_ptr<Kernel> with_post_op(std::unique_ptr<Kernel> k, const Op& op) {
     });
 }
 
+std::unique_ptr<Kernel> with_pre_op(std::unique_ptr<Kernel> k, const Op& op, const Buf& dz, std::shared_ptr<std::vector<char>> scratch) {
+    Node act;
+    act.kind = op.node.pre_op;
+    const Buf dy = op.in.front(), y = op.in.back();
+    return loop([k = std::shared_ptr<Kernel>(std::move(k)), act, dy, y, dz, scratch = std::move(scratch)](const RunContext& rc) {
+        for (int64_t i = 0; i < dz.numel(); ++i) dz.set(i, double(dy.get(i)) * derivative(act, y.get(i)));
+        k->run(rc);
+    });
+}
+
 std::unique_ptr<Kernel> make_eltwise(const Op& op) {
     const OpKind k = op.kind();
     switch (k) {

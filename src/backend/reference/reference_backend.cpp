@@ -126,7 +126,16 @@ std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, con
     };
     for (size_t i = 0; i < inputs.size(); ++i) op.in.push_back(buf(g.tensor(n.inputs[i]).desc, inputs[i]));
     for (size_t i = 0; i < outputs.size(); ++i) op.out.push_back(buf(g.tensor(n.outputs[i]).desc, outputs[i]));
-    std::unique_ptr<Kernel> k = kernel_for(op, g, id, inputs, outputs);
+    std::unique_ptr<Kernel> k;
+    if (n.pre_op != OpKind::Count) {  // the op reads the activation's gradient from scratch storage, without Y
+        Op inner = op;
+        auto scratch = std::make_shared<std::vector<char>>(op.in[0].desc.bytes());
+        inner.in[0].data = scratch->data();
+        inner.in.pop_back();
+        k = with_pre_op(kernel_for(inner, g, id, inputs, outputs), op, inner.in[0], std::move(scratch));
+    } else {
+        k = kernel_for(op, g, id, inputs, outputs);
+    }
     if (n.post_op != OpKind::Count) k = with_post_op(std::move(k), op);
     std::vector<Buf> padded;  // blocked outputs: the loops write the elements, the padding must hold zeros
     for (const Buf& b : op.out)
