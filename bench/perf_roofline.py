@@ -6,9 +6,11 @@ Per (net, batch, dtype) row:
 1. measured: `joule train --dataset synthetic --optimizer sgd --json` step_seconds (the sum of the step's
    steady-clock node times), bf16 with `--dtype bf16` (joule's built-in bf16 plan: conv/linear/matmul in bf16,
    autocast's list); --repeats separate runs, reported as median [min..max];
-2. roofline: `joule analyze` on `joule probe`'s figures (triad bandwidth, GEMM f32/bf16 peaks, per-op overhead;
-   probed at the start, --probe-repeats times, each figure's best kept) with a 2 MiB on-chip capacity, exactly as
-   validate_analyze.py's predict() (bf16 rows with `--dtype bf16`): a lower bound. share of bound = roofline /
+2. roofline: `joule analyze` on `joule probe`'s figures (triad bandwidth, GEMM f32/bf16 peaks, per-op overhead
+   and, where the probe has it, a small op's on one thread as `--overhead-small`; probed at the start,
+   --probe-repeats times, each figure's best kept) with a 2 MiB on-chip capacity, as validate_analyze.py's
+   predict() (bf16 rows with `--dtype bf16`; validate_analyze charges every node the one overhead that
+   `joule calibrate` keeps): a lower bound. share of bound = roofline /
    measured (median run; the JSON also has the shares of the slowest and the fastest run);
 3. PyTorch: the same step (SGD momentum 0.9, lr 0.01, cross-entropy, same threads and batch) in f32 and under
    CPU autocast bf16, warm-up then timed steps, wall clock, --repeats rounds each; its best mode is the faster
@@ -205,13 +207,18 @@ def main():
         for k in ("triad_gbps", "copy_gbps", "gemm_gflops_f32", "gemm_gflops_bf16"):
             if k in p:
                 p[k] = max(q[k] for q in probes)
-        p["op_overhead_seconds"] = min(q["op_overhead_seconds"] for q in probes)
+        for k in ("op_overhead_seconds", "small_op_overhead_seconds"):
+            if k in p:
+                p[k] = min(q[k] for q in probes)
         p["probes"] = probes
     bw, peak, peak16, ovh = p["triad_gbps"], p["gemm_gflops_f32"], p["gemm_gflops_bf16"], p["op_overhead_seconds"]
     hw = ["--capacity", a.capacity, "--bandwidth", f"{bw}GB/s", "--peak", f"{peak}GFLOPS", "--peak-bf16", f"{peak16}GFLOPS",
           "--overhead", f"{ovh * 1e6}us"]
-    print(f"probe (measured): triad {bw:.1f} GB/s, GEMM f32 {peak:.1f} / bf16 {peak16:.1f} GFLOP/s, per-op overhead {ovh * 1e6:.1f} us; "
-          f"model capacity {a.capacity}")
+    small = p.get("small_op_overhead_seconds")  # a small node's, on one thread (probes of joule before it lack it)
+    if small is not None:
+        hw += ["--overhead-small", f"{small * 1e6}us"]
+    print(f"probe (measured): triad {bw:.1f} GB/s, GEMM f32 {peak:.1f} / bf16 {peak16:.1f} GFLOP/s, per-op overhead {ovh * 1e6:.1f} us"
+          + (f" ({small * 1e6:.2f} us for a small op on one thread)" if small is not None else "") + f"; model capacity {a.capacity}")
     print(f"PyTorch {torch.__version__}, {a.threads} threads; per run {a.steps} timed steps after {a.warmup} warm-up; {a.repeats} runs "
           f"per figure, median [min..max] in ms; share = roofline / measured joule; PyTorch best of f32 and bf16 autocast")
     head = (f"{'net':13} {'batch':>5} {'dtype':5} {'joule ms':>26} {'roofline':>9} {'share':>6} {'goal':>9} "

@@ -926,6 +926,7 @@ TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     EXPECT_GT(j["gemm_gflops_f32"].get<double>(), 0);
     EXPECT_GT(j["gemm_gflops_bf16"].get<double>(), 0);
     EXPECT_GT(j["op_overhead_seconds"].get<double>(), 0);
+    EXPECT_GT(j["small_op_overhead_seconds"].get<double>(), 0);
     expect_failure("probe --gemm-size 4", "--gemm-size");
     expect_failure("probe --array-mib -1", "--array-mib");
 }
@@ -1009,6 +1010,15 @@ TEST(Cli, ErrorsReadTheSameEverywhere) {
     // files and quantities
     expect_failure("analyze --net lenet5 --device /tmp", "/tmp: cannot open device spec: it is a directory");
     EXPECT_EQ(run("analyze --net lenet5 --device gpu-nvidia-v100-sxm2 --overhead 0us").code, 0);
+    {  // small nodes charged their own overhead: LeNet-5's step is shorter with a smaller one
+        const std::string cpu = "analyze --net lenet5 --batch 16 --capacity 2MiB --bandwidth 60GB/s --peak 300GFLOPS --overhead 4us --json";
+        const double all = run_json(cpu)["results"][0]["seconds"].get<double>(),
+                     split = run_json(cpu + " --overhead-small 0.3us")["results"][0]["seconds"].get<double>();
+        EXPECT_LT(split, all);
+        EXPECT_GT(split, all - 40 * 3.7e-6);  // at most LeNet-5's 36 nodes (b16: 20 of them small) gain 3.7 us each
+    }
+    expect_failure("analyze --net lenet5 --device gpu-nvidia-v100-sxm2 --overhead-small -1us", "--overhead-small: '-1us' must be zero or positive");
+    expect_failure("calibrate --overhead-small 1us", "--overhead-small");
     expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth 0 --peak 1TFLOPS", "--bandwidth: '0' must be positive");
     expect_failure("analyze --net lenet5 --capacity 1MiB --bandwidth 1GB/s --peak -1", "--peak: '-1' must be positive");
     expect_failure("analyze --net lenet5 --capacity 0.5B --bandwidth 1GB/s --peak 1TFLOPS", "--capacity: '0.5B' is less than one byte");

@@ -56,6 +56,16 @@ TEST(MemoryModel, SingleGemmTiling) {
     const IterationPrediction o = predict_iteration(g, slow);
     EXPECT_DOUBLE_EQ(o.nodes[0].time_s, small.nodes[0].time_s + 5e-6);
     EXPECT_DOUBLE_EQ(o.time_s, small.time_s + 2 * 5e-6);
+    // a small node (graph/cost.hpp small_node) is charged the small-node overhead instead: the GEMM is not
+    // small (33 MFLOP), the 256 x 256 ReLU (256 KiB each way) is not either; a 16-element ReLU is
+    slow.small_node_overhead_s = 0.3e-6;
+    EXPECT_DOUBLE_EQ(predict_iteration(g, slow).time_s, o.time_s);
+    Graph tiny;
+    tiny.add1(OpKind::Relu, NoAttrs{}, {tiny.add1(OpKind::Relu, NoAttrs{}, {tiny.input("x", {{16}})}, "r1")}, "r2");
+    const IterationPrediction t = predict_iteration(tiny, slow);
+    for (const NodePrediction& n : t.nodes) EXPECT_DOUBLE_EQ(n.time_s - std::max(n.compute_s, n.memory_s), 0.3e-6);
+    slow.small_node_overhead_s = -1e-6;
+    test::expect_error([&] { predict_iteration(tiny, slow); }, "the per-node overhead must not be negative");
 }
 
 TEST(MemoryModel, BestTilingMatchesHandAnalysis) {

@@ -75,7 +75,7 @@ void check_fits(const LoweredGraph& lg, const NetOptions& o, double memory_bytes
 // The modelled machine for analyze and calibrate: a data/hw device, explicit figures over it, and (analyze)
 // an efficiency file whose hardware is the default.
 struct HardwareOptions {
-    std::string device, capacity, bandwidth, peak, peak_bf16, overhead, efficiency;
+    std::string device, capacity, bandwidth, peak, peak_bf16, overhead, overhead_small, efficiency;
 };
 void add_hardware_options(CLI::App& cmd, HardwareOptions& o, bool with_efficiency);
 struct Hardware {

@@ -14,9 +14,11 @@ void add_hardware_options(CLI::App& cmd, HardwareOptions& o, bool with_efficienc
     cmd.add_option("--peak", o.peak, "peak f32 compute, e.g. 15.7TFLOPS");
     cmd.add_option("--peak-bf16", o.peak_bf16, "peak bf16 compute (default: the f32 peak)");
     cmd.add_option("--overhead", o.overhead, "fixed time per node, e.g. 10us (joule probe measures it); default 0");
-    if (with_efficiency)
-        cmd.add_option("--efficiency", o.efficiency,
-                       "efficiency curves (a file from joule calibrate, or a name in data/efficiency/): calibrated node times; its hardware is the default for the flags above");
+    if (!with_efficiency) return;  // calibrate: its efficiency files keep one overhead per node
+    cmd.add_option("--overhead-small", o.overhead_small,
+                   "fixed time per small node (<= 128 KiB of traffic, <= 512 kFLOP: the cpu runs it on one thread), e.g. 0.3us (joule probe measures it); default: --overhead");
+    cmd.add_option("--efficiency", o.efficiency,
+                   "efficiency curves (a file from joule calibrate, or a name in data/efficiency/): calibrated node times; its hardware is the default for the flags above");
 }
 
 void Hardware::require(const std::string& command) const {
@@ -50,6 +52,7 @@ Hardware resolve_hardware(const HardwareOptions& o) {
     if (!o.bandwidth.empty()) cfg.bandwidth_bytes_per_s = predict::parse_bandwidth(o.bandwidth, "--bandwidth"), h.bandwidth = true;
     if (!o.peak.empty()) cfg.peak_f32_flops = predict::parse_flops(o.peak, "--peak"), h.peak = true;
     if (!o.overhead.empty()) cfg.node_overhead_s = predict::parse_seconds(o.overhead, "--overhead");
+    if (!o.overhead_small.empty()) cfg.small_node_overhead_s = predict::parse_seconds(o.overhead_small, "--overhead-small");
     if (!o.peak_bf16.empty()) cfg.peak_bf16_flops = predict::parse_flops(o.peak_bf16, "--peak-bf16");
     return h;
 }

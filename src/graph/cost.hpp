@@ -20,6 +20,13 @@ struct NodeCost {
 
 NodeCost node_cost(const Graph& g, NodeId n);
 
+// A small node: at most 128 KiB of traffic and 512 kFLOP. The cpu backend runs one on the calling thread
+// alone (CpuBackend::serial: on a 2-vCPU machine an OpenMP region's fork and join costs ~3.5 us, a 16-element
+// op alone ~0.3 us, and one core beats two up to these sizes; bench/node_overhead.cpp), and the memory model
+// charges it the small-node overhead (predict::MemoryConfig).
+constexpr double kSmallNodeBytes = 128 * 1024, kSmallNodeFlops = 512 * 1024;
+inline bool small_node(const NodeCost& c) { return c.bytes_read + c.bytes_written <= kSmallNodeBytes && c.flops <= kSmallNodeFlops; }
+
 struct GraphCost {
     NodeCost total;
     NodeCost forward;  // Forward and Loss phases

@@ -32,6 +32,10 @@ double MemoryConfig::peak(DType t) const {
     return low > 0 ? low : peak_f32_flops;
 }
 
+double MemoryConfig::overhead(const Graph& g, NodeId n) const {
+    return small_node_overhead_s && small_node(node_cost(g, n)) ? *small_node_overhead_s : node_overhead_s;
+}
+
 bool gemm_shape(const Graph& g, NodeId id, GemmShape* out) {
     const Node& n = g.node(id);
     GemmShape s;
@@ -171,7 +175,7 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
     if (cfg.capacity_bytes < 0) throw Error("on-chip capacity must not be negative");
     if (cfg.bandwidth_bytes_per_s <= 0) throw Error("off-chip bandwidth must be positive");
     if (cfg.peak_f32_flops <= 0) throw Error("peak compute must be positive");
-    if (cfg.node_overhead_s < 0) throw Error("the per-node overhead must not be negative");
+    if (cfg.node_overhead_s < 0 || cfg.small_node_overhead_s.value_or(0) < 0) throw Error("the per-node overhead must not be negative");
     const size_t nn = g.num_nodes(), nt = g.num_tensors();
     const double C = cfg.capacity_bytes;
     // uses[t]: nodes reading t, in order
@@ -336,8 +340,9 @@ IterationPrediction predict_iteration(const Graph& g, const MemoryConfig& cfg) {
         const Node& n = g.node(np.node);
         const Roofline r = roofline(np.flops, np.read_bytes + np.write_bytes, cfg.peak(n.compute), cfg.bandwidth_bytes_per_s);
         np.compute_s = r.compute_s, np.memory_s = r.memory_s;
-        np.time_s = r.seconds() + cfg.node_overhead_s;
-        double unlimited = np.compute_s + cfg.node_overhead_s;  // the time with unlimited bandwidth
+        const double overhead = cfg.overhead(g, np.node);
+        np.time_s = r.seconds() + overhead;
+        double unlimited = np.compute_s + overhead;  // the time with unlimited bandwidth
         if (cfg.efficiency)
             if (const KindEfficiency* k = cfg.efficiency->lookup(g, np.node, n.compute)) {
                 GemmShape s;  // M = N = K = 0 when not a GEMM

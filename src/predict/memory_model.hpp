@@ -21,6 +21,7 @@
 // node's memory stall is what its time would lose with unlimited bandwidth.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct MemoryConfig {
     double peak_bf16_flops = 0;  // 0: same as f32
     double peak_f16_flops = 0;   // 0: same as f32
     double node_overhead_s = 0;  // fixed time added to every node (launch, synchronisation)
+    // ... to a small node instead (graph/cost.hpp small_node, which the cpu runs on one thread, without the
+    // other threads' fork and join); none: node_overhead_s.
+    std::optional<double> small_node_overhead_s;
+    double overhead(const Graph& g, NodeId n) const;  // the fixed time node n is charged
     const EfficiencyModel* efficiency = nullptr;  // calibrated node times (not owned); null: roofline
     double peak(DType t) const;  // the peak for compute dtype t (f32's where the device has no faster path)
 };

@@ -263,8 +263,7 @@ LayoutWishes CpuBackend::layout_wishes(const Graph& g, NodeId id) {
 bool CpuBackend::serial(const Graph& g, NodeId id) {
     const OpKind k = g.node(id).kind;
     if (k == OpKind::AllReduceStart || k == OpKind::AllReduceWait) return false;  // MPI's, not a loop of ours
-    const NodeCost c = node_cost(g, id);
-    return c.bytes_read + c.bytes_written <= kSerialBytes && c.flops <= kSerialFlops;
+    return small_node(node_cost(g, id));
 }
 
 std::unique_ptr<Kernel> CpuBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs,

@@ -59,12 +59,9 @@ public:
                                     const std::vector<void*>& outputs) override;
     int threads() const override { return threads_; }
     CpuContext& context() { return *ctx_; }
-    // Whether node n is so small that it runs on the calling thread alone (its primitives created and run
-    // with one thread): at most kSerialBytes of traffic and kSerialFlops. On this project's 2-vCPU machine an
-    // OpenMP parallel region costs ~3.5 us of fork and join, a 16-element op alone ~0.3 us, and one core
-    // is faster than two up to these sizes (bench/node_overhead.cpp, README).
+    // Whether node n runs on the calling thread alone (its primitives created and run with one thread): a
+    // small node (graph/cost.hpp small_node), not an all-reduce.
     static bool serial(const Graph& g, NodeId n);
-    static constexpr double kSerialBytes = 128 * 1024, kSerialFlops = 512 * 1024;
     // The layouts this backend's kernels want for node n's operands (plan/'s layout pass): a convolution's
     // weights (forward, backward-data) and weight gradient in the blocked formats oneDNN picks for its
     // shapes, dtypes and this CPU; no wish for anything else (activations stay nhwc, which oneDNN's brgemm

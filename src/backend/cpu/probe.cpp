@@ -36,6 +36,26 @@ double gemm_gflops(dnnl::engine& eng, dnnl::stream& s, int64_t n, dnnl::memory::
     }
     return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
 }
+// The fixed cost of one node at the current OpenMP thread count: a 16-element relu run and waited for,
+// median of batches of 200 runs.
+double op_overhead(CpuContext& ctx, int repeats) {
+    using namespace dnnl;
+    const memory::desc md({16}, memory::data_type::f32, memory::format_tag::a);
+    eltwise_forward relu(eltwise_forward::primitive_desc({prop_kind::forward_training, algorithm::eltwise_relu, md, 0.f, 0.f}, ctx.engine));
+    memory src(md, ctx.engine), dst(md, ctx.engine);
+    std::memset(src.get_data_handle(), 0, md.get_size());
+    std::vector<double> per_run;
+    for (int b = 0; b < 2 * repeats + 1; ++b) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 200; ++i) {
+            relu.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+            ctx.stream.wait();
+        }
+        per_run.push_back(seconds_since(t0) / 200);
+    }
+    std::nth_element(per_run.begin(), per_run.begin() + long(per_run.size() / 2), per_run.end());
+    return per_run[per_run.size() / 2];
+}
 }  // namespace
 
 ProbeResult probe(const ProbeOptions& o) {
@@ -65,23 +85,12 @@ ProbeResult probe(const ProbeOptions& o) {
     CpuContext& ctx = backend.context();
     r.gemm_gflops_f32 = gemm_gflops(ctx.engine, ctx.stream, o.gemm_size, dnnl::memory::data_type::f32, o.repeats);
     r.gemm_gflops_bf16 = gemm_gflops(ctx.engine, ctx.stream, o.gemm_size, dnnl::memory::data_type::bf16, o.repeats);
-    {  // the fixed cost of one node: a 16-element relu, median of batches of runs
-        using namespace dnnl;
-        const memory::desc md({16}, memory::data_type::f32, memory::format_tag::a);
-        eltwise_forward relu(eltwise_forward::primitive_desc({prop_kind::forward_training, algorithm::eltwise_relu, md, 0.f, 0.f}, ctx.engine));
-        memory src(md, ctx.engine), dst(md, ctx.engine);
-        std::memset(src.get_data_handle(), 0, md.get_size());
-        std::vector<double> per_run;
-        for (int b = 0; b < 2 * o.repeats + 1; ++b) {
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < 200; ++i) {
-                relu.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-                ctx.stream.wait();
-            }
-            per_run.push_back(seconds_since(t0) / 200);
-        }
-        std::nth_element(per_run.begin(), per_run.begin() + long(per_run.size() / 2), per_run.end());
-        r.op_overhead_s = per_run[per_run.size() / 2];
+    r.op_overhead_s = op_overhead(ctx, o.repeats);
+    {  // a small node's: the primitive created and run with one thread, as CpuBackend::prepare runs one
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        r.small_op_overhead_s = op_overhead(ctx, o.repeats);
+        omp_set_num_threads(saved);
     }
     return r;
 }

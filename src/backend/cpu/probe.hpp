@@ -20,7 +20,10 @@ struct ProbeResult {
     int threads = 0;
     double copy_gbps = 0, triad_gbps = 0;          // STREAM copy (16 B/element moved) and triad (24 B/element)
     double gemm_gflops_f32 = 0, gemm_gflops_bf16 = 0;
-    double op_overhead_s = 0;  // one tiny oneDNN primitive run and waited for: the fixed cost of a node
+    double op_overhead_s = 0;  // one tiny oneDNN primitive run and waited for on every thread: the fixed cost of a node
+    // The same on the calling thread alone, as the cpu backend runs a small node (CpuBackend::serial): the
+    // fixed cost of a small node, without the fork and join of the other threads.
+    double small_op_overhead_s = 0;
     int64_t gemm_size = 0;
     double array_bytes = 0;
 };
