@@ -104,7 +104,7 @@ inline void st(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 // The loops' x86-64-v4 builds (JOULE_V4: the *_v4 wrappers), called where the CPU has it (kHasV4).
 #if defined(__x86_64__)
 #define JOULE_V4 __attribute__((target("arch=x86-64-v4")))
-const bool kHasV4 = __builtin_cpu_supports("x86-64-v4");
+const bool kHasV4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));  // init: this runs among the constructors
 #else
 #define JOULE_V4
 const bool kHasV4 = false;
