@@ -5,12 +5,17 @@
 
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 
 #include "backend/cpu/cores.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "graph/autodiff.hpp"
+#include "graph/bf16.hpp"
 #include "graph/error.hpp"
 #include "backend/registry.hpp"
 #include "data/dataset.hpp"
@@ -249,6 +254,53 @@ TEST(CpuForward, DropoutMaskAndEval) {
     EXPECT_NE(first, std::vector<float>(r.ex->f32(d[1]), r.ex->f32(d[1]) + n)) << "a new mask every run (RunContext::run)";
     r.ex->run_forward({.training = false});
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(r.ex->f32(d[0])[i], 1.0f);
+}
+
+// A dtype-only cast (the cpu's own loop) rounds as graph/bf16.hpp says and as oneDNN's reorder does, on the
+// values where rounding is delicate (ties to even, NaN, infinities, signed zeros, the largest finite floats),
+// on two threads with chunks that split a vector; bf16 -> f32 gives back exactly what was stored. The one
+// difference: subnormal floats, which oneDNN's AVX512-BF16 conversion flushes to zero and bf16.hpp (the
+// reference backend's rounding too) rounds.
+TEST(CpuBackend, DtypeCastRoundsAsOneDnn) {
+    std::vector<float> v = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, -1.00390625f, 3.0e38f, -3.4028235e38f, 1e-40f, -1e-45f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+    uint32_t snan = 0x7f800001u;  // a signalling NaN: kept a NaN, made quiet
+    v.push_back(std::bit_cast<float>(snan));
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<uint32_t> bits;
+    while (v.size() < 4099) v.push_back(std::bit_cast<float>(bits(rng)));  // every exponent, an odd count
+    const int64_t n = int64_t(v.size());
+    OpRun r;
+    const TensorId x = r.g.input("x", {{n}});
+    const TensorId h = r.g.add1(OpKind::Cast, CastAttrs{DType::BF16}, {x}, "to_bf16");
+    const TensorId y = r.g.add1(OpKind::Cast, CastAttrs{DType::F32}, {h}, "to_f32");
+    r.start({h, y});
+    std::memcpy(r.ex->data(x), v.data(), v.size() * 4);
+    r.ex->run_forward({.training = false});
+    // oneDNN's reorder on the same values
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream st(eng);
+    std::vector<uint16_t> want(v.size());
+    dnnl::memory from({{n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a}, eng, v.data()),
+        to({{n}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::a}, eng, want.data());
+    dnnl::reorder(from, to).execute(st, from, to);
+    st.wait();
+    const auto* got = static_cast<const uint16_t*>(r.ex->data(h));
+    const auto* back = static_cast<const uint32_t*>(r.ex->data(y));
+    int subnormals = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t u = std::bit_cast<uint32_t>(v[size_t(i)]);
+        ASSERT_EQ(got[i], f32_to_bf16(v[size_t(i)])) << "element " << i;
+        if ((u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0) {  // oneDNN's AVX512-BF16 conversion flushes subnormals to zero
+            ASSERT_EQ(want[i] & 0x7fffu, 0u) << "element " << i;
+            ++subnormals;
+        } else {
+            ASSERT_EQ(got[i], want[i]) << "element " << i << " (bits " << std::hex << u << ")";
+        }
+        ASSERT_EQ(back[i], uint32_t(got[i]) << 16) << "element " << i;
+    }
+    EXPECT_GT(subnormals, 2);
 }
 
 // bf16 conv / linear / matmul: outputs and gradients within bf16 rounding of f32.

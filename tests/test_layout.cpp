@@ -224,25 +224,33 @@ TEST(Layout, ReordersAgreeOnCpuAndReference) {
         const TensorId x = g.parameter("x", {shape}, Init::normal(1.0f));
         const TensorId y = g.add1(OpKind::Cast, CastAttrs{DType::BF16, true, Layout::Blocked, b.blocking}, {x}, "to_blocked");
         const TensorId z = g.add1(OpKind::Cast, CastAttrs{DType::F32, true, Layout::Plain, {}}, {y}, "to_plain");
+        // a dtype change alone, blocked to blocked (the cpu's own loop over the storage, padding included)
+        const TensorId w = g.add1(OpKind::Cast, CastAttrs{DType::F32, true, Layout::Blocked, b.blocking}, {y}, "to_f32_blocked");
         EXPECT_EQ(g.tensor(y).desc.layout, Layout::Blocked);
         EXPECT_EQ(g.tensor(y).desc.bytes(), b.bytes() / 2);
-        std::vector<std::byte> stored[2];
+        EXPECT_EQ(g.tensor(w).desc.bytes(), b.bytes());
+        std::vector<std::byte> stored[2], stored_f32[2];
         std::vector<float> back[2];
         for (int r = 0; r < 2; ++r) {
             cpu::CpuBackend cpu(1);
             ReferenceBackend ref;
             Backend& be = r == 0 ? static_cast<Backend&>(cpu) : ref;
-            Executor ex(g, be, {{y, z}, 5});
+            Executor ex(g, be, {{y, z, w}, 5});
             std::memset(ex.data(y), 0xff, g.tensor(y).desc.bytes());
+            std::memset(ex.data(w), 0xff, g.tensor(w).desc.bytes());
             ex.run_all();
             const auto* p = static_cast<const std::byte*>(ex.data(y));
             stored[r].assign(p, p + g.tensor(y).desc.bytes());
+            const auto* q = static_cast<const std::byte*>(ex.data(w));
+            stored_f32[r].assign(q, q + g.tensor(w).desc.bytes());
             back[r] = ex.read_f32(z);
+            EXPECT_EQ(ex.read_f32(w), back[r]);
             const std::vector<float> xs = ex.read_f32(x), ys = ex.read_f32(y);
             for (size_t i = 0; i < xs.size(); ++i) ASSERT_NEAR(back[r][i], xs[i], std::fabs(xs[i]) / 128) << i;
             EXPECT_EQ(ys, back[r]);
         }
         EXPECT_EQ(stored[0], stored[1]) << "padding zeroed and every element in its place on both";
+        EXPECT_EQ(stored_f32[0], stored_f32[1]);
         EXPECT_EQ(back[0], back[1]);
     }
 }

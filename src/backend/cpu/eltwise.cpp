@@ -88,11 +88,6 @@ namespace {
 // y = x * mask and the mask over elements [begin, end) (counter first + i), f32 or bf16 storage: the mask is
 // dropout_keeps() (graph/ops.hpp), the reference's test. Compiled twice, picked once at load time: for x86-64-v4
 // (AVX-512, where the counter hash's 64-bit multiplies vectorise: ~4x) and for the baseline (x86-64 only).
-#if defined(__x86_64__)
-#define JOULE_X86_64_V4_CLONE __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define JOULE_X86_64_V4_CLONE
-#endif
 struct DropoutRun {
     int64_t first;
     uint64_t base;

@@ -113,6 +113,15 @@ void parallel_chunks(int64_t n, F&& f) {
     }
 }
 
+// A plain loop compiled twice and picked once at load time: for x86-64-v4 (AVX-512) and for the baseline.
+// Good for loops GCC auto-vectorises; GCC 12 scalarises generic vector-extension comparisons inside such a
+// clone (see norm.cpp), so hand-vectorised loops use explicit target("arch=x86-64-v4") wrappers instead.
+#if defined(__x86_64__)
+#define JOULE_X86_64_V4_CLONE __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define JOULE_X86_64_V4_CLONE
+#endif
+
 // A kernel written as a plain loop (ops oneDNN has no primitive for).
 class FunctionKernel : public Kernel {
 public:
