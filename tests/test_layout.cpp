@@ -141,7 +141,9 @@ TEST(Layout, PassStoresWeightsInTheirKernelsFormats) {
 }
 
 // bf16: the compute copy of a weight is cast straight into the format each reader wants (a cast and a
-// reorder are one node); a data-parallel job keeps its all-reduced gradients and their parameters plain.
+// reorder are one node), and the f32 master weight takes its f32 gradient's format (no reorder between
+// backward-weights and the update: the casts pass over the weight anyway); a data-parallel job keeps its
+// all-reduced gradients and their parameters plain.
 TEST(Layout, CastsReorderInOnePassAndAllReducedGradientsStayPlain) {
     Net n = build("resnet18", 2, 32);
     BackendSet backends({.threads = 1});
@@ -159,6 +161,19 @@ TEST(Layout, CastsReorderInOnePassAndAllReducedGradientsStayPlain) {
         }
     }
     EXPECT_GT(both, 0u);
+    size_t blocked_masters = 0;
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& u = g.node(NodeId(k));
+        if (u.kind != OpKind::SgdUpdate && u.kind != OpKind::AdamUpdate) continue;
+        const TensorDesc& p = g.tensor(u.inputs[0]).desc;
+        if (p.layout != Layout::Blocked) continue;
+        ++blocked_masters;
+        EXPECT_EQ(p.dtype, DType::F32) << u.name;
+        const NodeId gp = g.tensor(u.inputs[1]).producer;
+        ASSERT_NE(gp, kNone);
+        EXPECT_EQ(g.node(gp).kind, OpKind::ConvBackwardWeights) << u.name << "'s gradient comes through " << g.node(gp).name;
+    }
+    EXPECT_EQ(blocked_masters, 20u) << "every convolution's weight (ResNet-18 has 20)";
     const LoweredGraph dp = lower(TrainGraph(n.train), Plan{}, {.allreduce = {.ranks = 2}});
     for (const Tensor& t : dp.train.graph.tensors())
         EXPECT_TRUE(!persists(t.role) || t.desc.layout != Layout::Blocked) << t.name;
@@ -181,7 +196,7 @@ void expect_zero_padding(const Executor& ex) {
 
 // Training through the layout pass follows training without it: the same primitives on the same
 // numbers, only stored otherwise (MobileNetV2: depthwise and 24-channel layers, whose formats pad;
-// ResNet-18 in bf16: weights cast and reordered in one node, f32 gradients reordered to the master's layout).
+// ResNet-18 in bf16: weights cast and reordered in one node, f32 masters in their gradients' layout).
 TEST(Layout, TrainingMatchesTrainingWithoutIt) {
     for (const auto& [net, dtype] : {std::pair{"lenet5", DType::F32}, {"mobilenet_v2", DType::F32}, {"resnet18", DType::BF16}}) {
         const double tol = dtype == DType::F32 ? 1e-4 : 1e-3;

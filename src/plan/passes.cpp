@@ -247,6 +247,9 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
 
     // 1. A parameter (with its optimizer state) is stored in the layout most of its uses want: its readers',
     //    its casts' readers' (bf16 compute copies) and its gradient producer's (ties: the first, the forward's).
+    //    A use through a cast counts half: the cast is a pass over the tensor anyway, and a reorder there is
+    //    folded into it, where any other use in another layout costs a pass of its own (a mixed-precision
+    //    plan's f32 master weights thus take the f32 gradient's layout, not the bf16 copies').
     //    Only when its gradient feeds the update alone (no all-reduce bucket, no cast) on the update's device.
     for (size_t k = 0; k < nn; ++k) {
         const Node& u = g.node(NodeId(k));
@@ -256,33 +259,35 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
         if (kept[size_t(p)] || kept[size_t(grad)] || gp == kNone || g.consumers(grad).size() != 1 || g.node(gp).device != u.device ||
             op_info(g.node(gp).kind).category == OpCategory::Communication)
             continue;
-        std::vector<TensorDesc> wants;
+        std::vector<std::pair<TensorDesc, int>> wants;  // (layout, weight: 2 direct, 1 through a cast)
         for (NodeId r : g.consumers(p)) {
             const Node& reader = g.node(r);
             if (r == NodeId(k)) continue;
             for (size_t i = 0; i < reader.inputs.size(); ++i) {
                 if (reader.inputs[i] != p) continue;
                 if (!plain_cast(reader) || reader.device != u.device) {
-                    wants.push_back(wanted(r, i, p));
+                    wants.emplace_back(wanted(r, i, p), 2);
                     continue;
                 }
                 const TensorId copy = reader.outputs[0];
                 for (NodeId r2 : g.consumers(copy))
                     for (size_t j = 0; j < g.node(r2).inputs.size(); ++j)
-                        if (g.node(r2).inputs[j] == copy) wants.push_back(wanted(r2, j, copy));
+                        if (g.node(r2).inputs[j] == copy) wants.emplace_back(wanted(r2, j, copy), 1);
             }
         }
         const Node& producer = g.node(gp);
         for (size_t j = 0; j < producer.outputs.size(); ++j)
-            if (producer.outputs[j] == grad) wants.push_back(wish[size_t(gp)].outputs[j] ? *wish[size_t(gp)].outputs[j] : natural[size_t(grad)]);
-        size_t best = 0, best_count = 0;
+            if (producer.outputs[j] == grad) wants.emplace_back(wish[size_t(gp)].outputs[j] ? *wish[size_t(gp)].outputs[j] : natural[size_t(grad)], 2);
+        size_t best = 0;
+        int best_count = 0;
         for (size_t a = 0; a < wants.size(); ++a) {
-            const size_t c = size_t(std::count_if(wants.begin(), wants.end(), [&](const TensorDesc& d) { return same_layout(d, wants[a]); }));
+            int c = 0;
+            for (const auto& [d, w] : wants) c += same_layout(d, wants[a].first) ? w : 0;
             if (c > best_count) best = a, best_count = c;
         }
-        if (wants.empty() || wants[best].layout != Layout::Blocked) continue;
+        if (wants.empty() || wants[best].first.layout != Layout::Blocked) continue;
         for (size_t i = 0; i < u.inputs.size(); ++i)  // the parameter and its state; the gradient follows in 3.
-            if (i != 1) g.tensor(u.inputs[i]).desc = with_layout_of(g.tensor(u.inputs[i]).desc, wants[best]);
+            if (i != 1) g.tensor(u.inputs[i]).desc = with_layout_of(g.tensor(u.inputs[i]).desc, wants[best].first);
     }
     // 2. An output a kernel wants in a layout is written in it (a transient tensor: not kept, not persistent);
     //    a cast's output is in its input's layout (its shape rule).

@@ -20,7 +20,8 @@
 //   assign_layouts    storage layouts the devices' kernels want (registry: layout_wishes; on the cpu,
 //                     oneDNN's blocked formats for convolution weights and weight gradients): a parameter
 //                     and its optimizer state are stored for good in the layout most of its uses want (its
-//                     readers', its bf16 copies' readers', its gradient producer's; ties: the forward's),
+//                     readers', its gradient producer's, and at half weight its bf16 copies' readers', whose
+//                     cast would pass over it anyway; ties: the forward's),
 //                     an output a kernel wants blocked is written so, and every reader that wants another
 //                     layout reads a reorder -- a Cast with CastAttrs::reorder, op label "Reorder", one per
 //                     (tensor, layout), named "reorder:<tensor>:<layout>"; a reorder of a cast's output is
