@@ -333,6 +333,8 @@ std::vector<Case> make_cases() {
     cs.push_back(unary("Reshape_one_channel_nhwc", K::Reshape, ReshapeAttrs{{2, 12}, Layout::Plain}, nhwc({2, 1, 3, 4})));
     cs.push_back(unary("Transpose_rank3", K::Transpose, TransposeAttrs{{2, 0, 1}}, plain({2, 3, 4})));
     cs.push_back(unary("Transpose_nhwc", K::Transpose, TransposeAttrs{{0, 2, 3, 1}}, nhwc({2, 3, 4, 5})));
+    // attention heads: the innermost axis stays (row copies on the cpu), rows split between threads
+    cs.push_back(unary("Transpose_heads", K::Transpose, TransposeAttrs{{0, 2, 1, 3}}, plain({4, 33, 4, 40})));
 
     // dropout: masks bit-identical across backends, over two steps; inference is the identity
     auto dropout = [&](const std::string& tag, TensorDesc x, float p, bool training) {
