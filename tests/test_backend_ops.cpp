@@ -227,6 +227,20 @@ std::vector<Case> make_cases() {
                               g = g.tensors_only();
                               g.append(std::move(n));
                           }});
+    // a residual junction's gradient sum folded into the ReLU / ReLU6 backward reading it (Node::pre_op Add):
+    // the node reads (a, Y, b), Y at and beyond the kinks (the cpu loop keeps the reference's conventions);
+    // the larger shape runs on two threads with vector tails
+    for (const OpKind act : {K::ReluBackward, K::Relu6Backward})
+        for (const auto& [tag, x] : {std::pair{"nhwc", nhwc({2, 3, 4, 5})}, {"plain", plain({3, 7})}, {"wide_nhwc", nhwc({2, 24, 29, 31})}})
+            cs.push_back({std::string(op_name(act)) + "_" + tag + "_fused_Add", [=](Graph& g, Fills& f) {
+                              g.add(act, NoAttrs{}, {input(g, f, "a", x, {-2, 2}), input(g, f, "y", x, Fill{.lo = -1, .hi = 7, .step = 0.5})}, "bwd",
+                                    Phase::Backward);
+                              Node n = g.node(NodeId(0));
+                              n.inputs.push_back(input(g, f, "b", x, {-2, 2}));
+                              n.pre_op = K::Add;
+                              g = g.tensors_only();
+                              g.append(std::move(n));
+                          }});
     auto layer_norm = [&](const std::string& tag, Shape x) {
         cs.push_back({"LayerNorm_" + tag, [=](Graph& g, Fills& f) {
                           const TensorDesc h = plain({x.back()});
@@ -706,7 +720,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::ValuesIn(variants()), [](co
 
 // The fused cases above agree across backends; this pins what they compute: the reference's fused output
 // is the activation of the unfused output, element for element; a folded activation backward gives what the
-// unfused node gives on the activation's gradient dY f'(Y).
+// unfused node gives on the activation's gradient dY f'(Y), a folded gradient sum what it gives on a + b.
 TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
     size_t checked = 0, checked_backward = 0;
     for (const Case& c : cases()) {
@@ -719,7 +733,10 @@ TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
             Values init = initial_values(fused, fills, c.name);
             const Values init_fused = init;
             for (size_t i = 0; i < init[size_t(dy)].size(); ++i)  // f'(Y) is 0 or 1: the product is exact
-                init[size_t(dy)][i] *= init[size_t(y)][i] > 0 && (n.pre_op == OpKind::ReluBackward || init[size_t(y)][i] < 6) ? 1.0 : 0.0;
+                if (n.pre_op == OpKind::Add)  // a gradient sum: a + b, rounded as the Add's output is
+                    init[size_t(dy)][i] = representable(fused.tensor(dy).desc.dtype, init[size_t(dy)][i] + init[size_t(y)][i]);
+                else
+                    init[size_t(dy)][i] *= init[size_t(y)][i] > 0 && (n.pre_op == OpKind::ReluBackward || init[size_t(y)][i] < 6) ? 1.0 : 0.0;
             n.inputs.pop_back();
             n.pre_op = OpKind::Count;
             Graph plain = fused.tensors_only();
@@ -752,7 +769,7 @@ TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
         ++checked;
     }
     EXPECT_GE(checked, 20u);
-    EXPECT_EQ(checked_backward, 10u);
+    EXPECT_EQ(checked_backward, 16u);
 }
 
 TEST(BackendOpsCatalogue, EveryOpKindHasACase) {

@@ -1140,7 +1140,7 @@ TEST(Cli, TrainAndInspectUnderAPlanFile) {
     EXPECT_NE(mobile.out.find("features.0.1.bwd: Relu6Backward+BatchNormBackward @cpu"), std::string::npos) << mobile.out.substr(0, 2000);
     const auto mobile_json = run_json("inspect mobilenet_v2 --batch 2 --image-size 32 --json");
     EXPECT_EQ(mobile_json["fused_activations"], 35);
-    EXPECT_EQ(mobile_json["fused_activation_backwards"], 35);
+    EXPECT_EQ(mobile_json["fused_backwards"], 35);
     // the layout pass: conv weights stored in their primitives' formats, each remaining reorder a node
     const Result laid = run("inspect resnet18 --batch 2 --image-size 32 --dump-after layout");
     EXPECT_EQ(laid.code, 0);

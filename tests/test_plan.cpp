@@ -439,6 +439,42 @@ TEST(Passes, FoldsActivationBackwardsIntoBatchNormBackwards) {
     }
 }
 
+// A gradient sum (a tensor read twice: its gradients added) folds into the ReLU backward reading it
+// (Node::pre_op Add) -- which then reads (a, Y, b) -- unless the sum is kept.
+TEST(Passes, FoldsGradientSumsIntoReluBackwards) {
+    for (const bool keep_sum : {false, true}) {
+        Graph g;
+        const TensorId x = g.input("x", {{2, 3, 4, 4}, DType::F32, Layout::ChannelsLast});
+        const TensorId p = g.parameter("p", {{2, 3, 4, 4}, DType::F32, Layout::ChannelsLast}, Init::normal(1.0f));
+        const TensorId r = g.add1(OpKind::Relu, NoAttrs{}, {g.add1(OpKind::Add, NoAttrs{}, {x, p}, "junction")}, "relu");
+        const TensorId t = g.add1(OpKind::Sigmoid, NoAttrs{}, {r}, "branch");
+        const TensorId loss = g.add1(OpKind::SumTo, BroadcastAttrs{{1}, 1.0f}, {g.add1(OpKind::Add, NoAttrs{}, {r, t}, "out")}, "loss");
+        TrainGraph tg = build_train_graph(std::move(g), loss, OptimizerConfig::sgd(0.1f, 0.0f));
+        TensorId sum = kNone;
+        for (const Node& n : tg.graph.nodes())
+            if (n.kind == OpKind::ReluBackward) sum = n.inputs[0];
+        ASSERT_NE(sum, kNone);
+        ASSERT_EQ(tg.graph.node(tg.graph.tensor(sum).producer).kind, OpKind::Add);
+        LowerOptions lo;
+        lo.keep = {loss};
+        if (keep_sum) lo.keep.push_back(sum);
+        const LoweredGraph lg = lower(std::move(tg), Plan{}, lo);
+        size_t folded = 0;
+        for (const Node& n : lg.train.graph.nodes()) {
+            if (n.pre_op == OpKind::Count) continue;
+            ++folded;
+            EXPECT_EQ(n.kind, OpKind::ReluBackward);
+            EXPECT_EQ(n.pre_op, OpKind::Add);
+            ASSERT_EQ(n.inputs.size(), 3u);
+            EXPECT_EQ(n.inputs[1], r);  // Y: the output of the add with the ReLU fused in
+            EXPECT_EQ(op_label(n), "Add+ReluBackward");
+        }
+        EXPECT_EQ(folded, keep_sum ? 0u : 1u);
+        EXPECT_EQ(lg.fused_backward, folded);
+        EXPECT_EQ(lg.train.graph.tensor(sum).producer == kNone, !keep_sum);
+    }
+}
+
 // Every parameter's values in logical order, in tensor order, and the Euclidean distance between two such lists.
 std::vector<std::vector<float>> parameter_values(const LoweredGraph& lg, const Executor& ex) {
     std::vector<std::vector<float>> w;

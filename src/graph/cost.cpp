@@ -34,7 +34,7 @@ NodeCost node_cost(const Graph& g, NodeId id) {
         act.kind = n.post_op;
         c.flops += op_info(act.kind).flops(act, {out[0]}, {out[0]});
     }
-    if (n.pre_op != OpKind::Count) {  // a fused activation backward: its arithmetic; its Y is one of the node's inputs
+    if (n.pre_op != OpKind::Count) {  // a folded backward node: its arithmetic; its second input is one of the node's inputs
         Node act;
         act.kind = n.pre_op;
         c.flops += op_info(act.kind).flops(act, {in[0], in.back()}, {in[0]});

@@ -52,7 +52,7 @@ TensorId Graph::constant(const std::string& name, const TensorDesc& desc, Init i
 
 std::vector<TensorDesc> Graph::infer(const Node& node, const std::string& where) const {
     const OpInfo& info = op_info(node.kind);
-    const int n_in = int(node.inputs.size()) - (node.pre_op != OpKind::Count);  // a fused activation backward's Y is one past
+    const int n_in = int(node.inputs.size()) - (node.pre_op != OpKind::Count);  // a folded backward node's second input is one past
     if (n_in < info.min_inputs || (info.max_inputs >= 0 && n_in > info.max_inputs))
         throw Error(where + ": takes " + std::to_string(info.min_inputs) +
                     (info.max_inputs == info.min_inputs ? "" : (info.max_inputs < 0 ? "+" : "-" + std::to_string(info.max_inputs))) +
@@ -64,10 +64,10 @@ std::vector<TensorDesc> Graph::infer(const Node& node, const std::string& where)
     }
     if (node.pre_op != OpKind::Count) {
         if (!fusable_backward(node.pre_op, node.kind))
-            throw Error(where + ": cannot take " + op_name(node.pre_op) + " as a fused activation backward");
+            throw Error(where + ": cannot take " + op_name(node.pre_op) + " as a folded backward node");
         if (!(in.back() == in.front()))
-            throw Error(where + ": the fused " + op_name(node.pre_op) + " reads an output " + desc_str(in.back()) + " unlike its gradient " +
-                        desc_str(in.front()));
+            throw Error(where + ": the folded " + op_name(node.pre_op) + " reads " + desc_str(in.back()) + " beside " + desc_str(in.front()) +
+                        " (the two must match)");
         in.pop_back();
     }
     try {

@@ -72,9 +72,10 @@ struct Node {
     // An activation folded into this node by plan/'s fuse pass (fusable()): output 0 holds post_op applied
     // to the op's result. Count: none.
     OpKind post_op = OpKind::Count;
-    // An activation's backward folded into this node by plan/'s fuse pass (fusable_backward()): input 0 is
-    // the gradient of the activation's output, the node's last input (one past the op's own) the
-    // activation's output Y, and the op reads pre_op(input 0, Y) where it read input 0. Count: none.
+    // A backward node folded into this node by plan/'s fuse pass (fusable_backward()): it read (input 0, B)
+    // -- an activation's backward (dY, Y), or a gradient sum (a, b) --, B is the node's last input (one past
+    // the op's own, same desc as input 0), and the op reads pre_op(input 0, B) where it read input 0.
+    // Count: none.
     OpKind pre_op = OpKind::Count;
 };
 

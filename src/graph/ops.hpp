@@ -240,11 +240,13 @@ inline bool fusable(OpKind producer, OpKind act) {
         default: return false;
     }
 }
-// Whether an activation's backward `act_backward` (reading the activation's output Y) may be folded into
-// the node of kind `consumer` that reads its result as input 0 (Node::pre_op): batch norm's backward, which
-// then computes the activation's gradient as it reads it instead of reading a stored one.
-inline bool fusable_backward(OpKind act_backward, OpKind consumer) {
-    return (act_backward == OpKind::ReluBackward || act_backward == OpKind::Relu6Backward) && consumer == OpKind::BatchNormBackward;
+// Whether a backward node of kind `pre` may be folded into the node of kind `consumer` that reads its
+// result as input 0 (Node::pre_op), which then computes that input as it reads it instead of reading a
+// stored one: an activation's backward (reading the activation's output Y) into batch norm's backward, and
+// a gradient sum (Add: a residual junction's two gradients) into the ReLU / ReLU6 backward reading it.
+inline bool fusable_backward(OpKind pre, OpKind consumer) {
+    if (pre == OpKind::Add) return consumer == OpKind::ReluBackward || consumer == OpKind::Relu6Backward;
+    return (pre == OpKind::ReluBackward || pre == OpKind::Relu6Backward) && consumer == OpKind::BatchNormBackward;
 }
 
 struct Node;

@@ -367,27 +367,30 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
         Node& n = g.node(NodeId(k));
         if (n.source != kNone && folded[size_t(n.source)] != kNone) n.source = folded[size_t(n.source)];
     }
-    // An activation's backward folds into the node reading its result (fusable_backward: batch norm's
-    // backward) on the same terms: the result's only reader, same storage, same device and precision.
+    // A backward node folds into the node reading its result as input 0 (fusable_backward: an activation's
+    // backward into batch norm's, a gradient sum into a ReLU / ReLU6 backward) on the same terms: the
+    // result's only reader, both its inputs stored as the result, same device and precision; a node that
+    // took one in keeps its own (first come, in node order).
     std::vector<bool> folded_backward(g.num_nodes(), false);
     struct Pre {
         OpKind kind = OpKind::Count;
-        TensorId dy = kNone, y = kNone;
+        TensorId first = kNone, second = kNone;
     };
-    std::vector<Pre> pre(g.num_nodes());  // per consumer: the activation backward (dY, Y) folded into it
+    std::vector<Pre> pre(g.num_nodes());  // per consumer: the node (first, second) -> input 0 folded into it
     for (size_t k = 0; k < g.num_nodes(); ++k) {
         const Node& n = g.node(NodeId(k));
         if (n.inputs.empty() || n.pre_op != OpKind::Count) continue;
         const TensorId dz = n.inputs[0];
         const NodeId a = g.tensor(dz).producer;
         if (a == kNone) continue;
-        const Node& act = g.node(a);
-        if (!fusable_backward(act.kind, n.kind) || act.outputs[0] != dz || g.consumers(dz).size() != 1 || kept[size_t(dz)] ||
-            !(g.tensor(dz).desc == g.tensor(act.inputs[0]).desc) || act.device != n.device || act.compute != n.compute ||
-            !fuses_activations(n.device))
+        const Node& b = g.node(a);
+        const TensorDesc& d = g.tensor(dz).desc;
+        if (!fusable_backward(b.kind, n.kind) || b.phase != Phase::Backward || b.inputs.size() != 2 || b.outputs[0] != dz || pre[size_t(a)].kind != OpKind::Count ||
+            b.post_op != OpKind::Count || g.consumers(dz).size() != 1 || kept[size_t(dz)] || !(g.tensor(b.inputs[0]).desc == d) ||
+            !(g.tensor(b.inputs[1]).desc == d) || b.device != n.device || b.compute != n.compute || !fuses_activations(n.device))
             continue;
         folded_backward[size_t(a)] = true;
-        pre[k] = {act.kind, act.inputs[0], act.inputs[1]};
+        pre[k] = {b.kind, b.inputs[0], b.inputs[1]};
     }
     size_t k = 0;  // rebuild() rewrites the nodes in order
     return rebuild(std::move(tg), [&](Node& n, Graph&) {
@@ -398,8 +401,8 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
             n.post_op = act;
         }
         if (const Pre& p = pre[id]; p.kind != OpKind::Count) {
-            n.inputs[0] = p.dy;
-            n.inputs.push_back(p.y);
+            n.inputs[0] = p.first;
+            n.inputs.push_back(p.second);
             n.pre_op = p.kind;
         }
         return true;

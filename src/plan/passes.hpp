@@ -33,7 +33,8 @@
 //                     storage, not kept; the pre-activation tensor is then neither written nor stored.
 //                     Likewise a ReluBackward / Relu6Backward folds into the batch-norm backward reading its
 //                     result (Node::pre_op, fusable_backward): that node reads (dY, ..., Y) and the
-//                     activation's gradient is never stored
+//                     activation's gradient is never stored; and a gradient sum (a residual junction's
+//                     Add) into the ReLU / ReLU6 backward reading it, which reads (a, Y, b)
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -77,7 +78,7 @@ struct LoweredGraph {
     std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
     size_t fused = 0;                                                 // activations folded into their producers
-    size_t fused_backward = 0;                                        // activation backwards folded into their readers
+    size_t fused_backward = 0;                                        // backward nodes folded into their readers (Node::pre_op)
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };

@@ -32,7 +32,48 @@ EltwiseAlg eltwise_alg(const Node& n) {
 }
 }  // namespace
 
+namespace {
+// ReluBackward / Relu6Backward with the gradient sum folded in (Node::pre_op Add): dX = (a + b) f'(Y) over
+// elements [begin, end), the sum rounded to the storage dtype first (as the unfused Add stores it).
+template <bool Six>
+JOULE_X86_64_V4_CLONE void sum_act_backward_f32(const float* __restrict a, const float* __restrict b, const float* __restrict y, float* __restrict dx,
+                                                int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+        const float s = a[i] + b[i];
+        dx[i] = y[i] > 0.0f && (!Six || y[i] < 6.0f) ? s : 0.0f;
+    }
+}
+template <bool Six>
+JOULE_X86_64_V4_CLONE void sum_act_backward_bf16(const uint16_t* __restrict a, const uint16_t* __restrict b, const uint16_t* __restrict y,
+                                                 uint16_t* __restrict dx, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+        const uint16_t s = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+        const float v = bf16_to_f32(y[i]);
+        dx[i] = v > 0.0f && (!Six || v < 6.0f) ? s : uint16_t(0);
+    }
+}
+
+std::unique_ptr<Kernel> sum_act_backward(const KernelArgs& a) {
+    const int64_t n = a.out_desc(0).storage_numel();
+    const bool bf16 = a.out_desc(0).dtype == DType::BF16, six = a.node.kind == OpKind::Relu6Backward;
+    const void *x0 = a.in[0], *y = a.in[1], *x1 = a.in[2];
+    void* dx = a.out[0];
+    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+        parallel_chunks(n, [&](int64_t begin, int64_t end) {
+            if (bf16) {
+                auto f = six ? sum_act_backward_bf16<true> : sum_act_backward_bf16<false>;
+                f(static_cast<const uint16_t*>(x0), static_cast<const uint16_t*>(x1), static_cast<const uint16_t*>(y), static_cast<uint16_t*>(dx), begin, end);
+            } else {
+                auto f = six ? sum_act_backward_f32<true> : sum_act_backward_f32<false>;
+                f(static_cast<const float*>(x0), static_cast<const float*>(x1), static_cast<const float*>(y), static_cast<float*>(dx), begin, end);
+            }
+        });
+    });
+}
+}  // namespace
+
 std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
+    if (a.node.pre_op == OpKind::Add) return sum_act_backward(a);
     const EltwiseAlg alg = eltwise_alg(a.node);
     const bool forward = op_info(a.node.kind).grad != nullptr;
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);

@@ -86,11 +86,14 @@ std::unique_ptr<Kernel> with_post_op(std::unique_ptr<Kernel> k, const Op& op) {
 }
 
 std::unique_ptr<Kernel> with_pre_op(std::unique_ptr<Kernel> k, const Op& op, const Buf& dz, std::shared_ptr<std::vector<char>> scratch) {
-    Node act;
-    act.kind = op.node.pre_op;
-    const Buf dy = op.in.front(), y = op.in.back();
-    return loop([k = std::shared_ptr<Kernel>(std::move(k)), act, dy, y, dz, scratch = std::move(scratch)](const RunContext& rc) {
-        for (int64_t i = 0; i < dz.numel(); ++i) dz.set(i, double(dy.get(i)) * derivative(act, y.get(i)));
+    Node pre;
+    pre.kind = op.node.pre_op;
+    const Buf a = op.in.front(), b = op.in.back();  // (dY, Y) of an activation backward, or a gradient sum's (a, b)
+    return loop([k = std::shared_ptr<Kernel>(std::move(k)), pre, a, b, dz, scratch = std::move(scratch)](const RunContext& rc) {
+        if (pre.kind == OpKind::Add)
+            for (int64_t i = 0; i < dz.numel(); ++i) dz.set(i, double(a.get(i)) + double(b.get(i)));
+        else
+            for (int64_t i = 0; i < dz.numel(); ++i) dz.set(i, double(a.get(i)) * derivative(pre, b.get(i)));
         k->run(rc);
     });
 }

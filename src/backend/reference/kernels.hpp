@@ -85,7 +85,7 @@ std::unique_ptr<Kernel> make_convert(const Op& op);  // Cast, Transfer
 std::unique_ptr<Kernel> kernel_for(const Op& op, const Graph& g, NodeId id, const std::vector<void*>& inputs, const std::vector<void*>& outputs);
 // k, then the node's fused activation (Node::post_op) applied to output 0 in place.
 std::unique_ptr<Kernel> with_post_op(std::unique_ptr<Kernel> k, const Op& op);
-// The node's fused activation backward (Node::pre_op) pre_op(input 0, last input) written to `dz` (held by
+// The node's folded backward node (Node::pre_op) pre_op(input 0, last input) written to `dz` (held by
 // `scratch`), then k, which reads dz as its input 0.
 std::unique_ptr<Kernel> with_pre_op(std::unique_ptr<Kernel> k, const Op& op, const Buf& dz, std::shared_ptr<std::vector<char>> scratch);
 
