@@ -56,6 +56,8 @@ JOULE_X86_64_V4_CLONE void sum_act_backward_bf16(const uint16_t* __restrict a, c
 std::unique_ptr<Kernel> sum_act_backward(const KernelArgs& a) {
     const int64_t n = a.out_desc(0).storage_numel();
     const bool bf16 = a.out_desc(0).dtype == DType::BF16, six = a.node.kind == OpKind::Relu6Backward;
+    for (size_t i = 0; i < 3; ++i)  // Graph::infer matched a and b; Y too, as compute_input would
+        JOULE_ASSERT(a.in_desc(i).dtype == a.out_desc(0).dtype, "op '" + a.node.name + "': a summed ReLU backward reads one dtype");
     const void *x0 = a.in[0], *y = a.in[1], *x1 = a.in[2];
     void* dx = a.out[0];
     return std::make_unique<FunctionKernel>([=](const RunContext&) {

@@ -1,6 +1,7 @@
 // Data movement on oneDNN concat and reorder primitives: Concat, Slice / SliceBackward (a reorder
 // from / into a sub-memory view), Reshape (a copy, or a reorder where the storage layout changes) and
 // Transpose (row copies where the innermost axis stays, else a reorder from a strided view).
+#include <array>
 #include <cstring>
 
 #include "backend/cpu/kernels.hpp"
@@ -27,6 +28,7 @@ using namespace dnnl;
 // A transpose that keeps the innermost axis (BERT's [b, s, h, d] <-> [b, h, s, d]): one copy per output row
 // of d contiguous elements, from where the strided view of the input puts it. oneDNN's reorder runs such a
 // view through its generic jit:uni kernel at ~15 GB/s.
+constexpr size_t kMaxRowCopyRank = 8;
 std::unique_ptr<Kernel> row_copy_kernel(const KernelArgs& a, const memory::dims& view_strides) {
     const TensorDesc& y = a.out_desc(0);
     const size_t esize = dtype_size(y.dtype), rank = y.shape.size();
@@ -37,7 +39,7 @@ std::unique_ptr<Kernel> row_copy_kernel(const KernelArgs& a, const memory::dims&
     auto* dst = static_cast<std::byte*>(a.out[0]);
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         parallel_chunks(rows, [&](int64_t begin, int64_t end) {
-            std::vector<int64_t> idx(rank - 1);  // the output row's index, outer axes
+            std::array<int64_t, kMaxRowCopyRank> idx{};  // the output row's index, outer axes
             int64_t r = begin, from = 0;
             for (size_t d = rank - 1; d-- > 0;) {
                 idx[d] = r % shape[d], r /= shape[d];
@@ -128,7 +130,7 @@ std::unique_ptr<Kernel> make_shape(const KernelArgs& a) {
             const memory::dims xs = strides_of(x.shape, x.layout);
             memory::dims view_strides;
             for (int64_t p : perm) view_strides.push_back(xs[size_t(p)]);
-            if (y.layout == Layout::Plain && view_strides.back() == 1) return row_copy_kernel(a, view_strides);
+            if (y.layout == Layout::Plain && view_strides.back() == 1 && y.shape.size() <= kMaxRowCopyRank) return row_copy_kernel(a, view_strides);
             return reorder_kernel(a, memory::desc(to_dims(y.shape), dnnl_type(x.dtype), view_strides), a.in[0], md_of(y), a.out[0]);
         }
         default: throw InternalError("not a shape op");
