@@ -269,7 +269,9 @@ TEST(CpuBackend, DtypeCastRoundsAsOneDnn) {
     v.push_back(std::bit_cast<float>(snan));
     std::mt19937 rng(3);
     std::uniform_int_distribution<uint32_t> bits;
-    while (v.size() < 4099) v.push_back(std::bit_cast<float>(bits(rng)));  // every exponent, an odd count
+    // every exponent; an odd count, and enough (240 kB each way) that the casts are not small nodes but split
+    // between the two threads
+    while (v.size() < 40001) v.push_back(std::bit_cast<float>(bits(rng)));
     const int64_t n = int64_t(v.size());
     OpRun r;
     const TensorId x = r.g.input("x", {{n}});
