@@ -21,8 +21,8 @@ JOULE_X86_64_V4_CLONE void from_bf16(const uint16_t* __restrict x, float* __rest
 }  // namespace
 
 std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
-    if (const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
-        x.layout == y.layout && x.blocking == y.blocking && x.shape == y.shape &&
+    const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
+    if (x.layout == y.layout && x.blocking == y.blocking && x.shape == y.shape &&
         ((x.dtype == DType::F32 && y.dtype == DType::BF16) || (x.dtype == DType::BF16 && y.dtype == DType::F32))) {
         // the same storage order: element i of one buffer is element i of the other, padding included
         const int64_t n = x.storage_numel();
@@ -37,7 +37,6 @@ std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
         });
     }
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
-    const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
     // a plain side of a reorder to or from a blocked layout is seen over the blocking's dims (a grouped
     // convolution's weights as [g, O/g, I/g, kh, kw]: the same row-major bytes)
     auto md = [](const TensorDesc& d, const TensorDesc& other) {
@@ -45,7 +44,7 @@ std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
         return md_of(other.blocking.dims, Layout::Plain, dnnl_type(d.dtype));
     };
     dnnl::memory from = a.mem(md(x, y), a.in[0]), to = a.mem(md(y, x), a.out[0]);
-    auto e = a.ctx.cache.get<dnnl::reorder>(key_of(a.in_desc(0)) + ">" + key_of(a.out_desc(0)),
+    auto e = a.ctx.cache.get<dnnl::reorder>(key_of(x) + ">" + key_of(y),
                                             [&] { return dnnl::reorder::primitive_desc(from, to); });
     k->add(e->prim, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
     return k;
