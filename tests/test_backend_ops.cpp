@@ -227,6 +227,9 @@ std::vector<Case> make_cases() {
                               g = g.tensors_only();
                               g.append(std::move(n));
                           }});
+    // the ReLU / ReLU6 backward alone (the cpu backend's loop), Y at and beyond the kinks, on two threads
+    for (const OpKind act : {K::ReluBackward, K::Relu6Backward})
+        cs.push_back(eltwise_backward(std::string(op_name(act)) + "_wide_nhwc_kinks", act, nhwc({2, 24, 29, 31}), Fill{.lo = -1, .hi = 7, .step = 0.5}));
     // a residual junction's gradient sum folded into the ReLU / ReLU6 backward reading it (Node::pre_op Add):
     // the node reads (a, Y, b), Y at and beyond the kinks (the cpu loop keeps the reference's conventions);
     // the larger shape runs on two threads with vector tails
