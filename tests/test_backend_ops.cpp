@@ -271,6 +271,21 @@ std::vector<Case> make_cases() {
     add_pool_cases(cs, "3x3s2p1_nhwc", nhwc({2, 3, 7, 8}), pool(3, 3, 2, 2, 1, 1));
     add_pool_cases(cs, "2x3_plain", plain({1, 2, 5, 7}), pool(2, 3, 1, 2, 1, 1));
     add_pool_cases(cs, "16x16_i32_argmax", plain({1, 2, 17, 16}), pool(16, 16, 1, 1, 0, 0));
+    // windows tiling the image (the cpu backend's max-pool backward loop): 6 channels with a row and a column
+    // past the last window, LeNet-5's first pool large enough for two threads, 64 channels, 3x3 / 3, and a
+    // 16x16 / 16 window's i32 arg-max in nhwc -- f32 only: 256 bf16 values tie at the top, and oneDNN's nhwc
+    // forward does not pick the first of them
+    add_pool_cases(cs, "2x2s2_tiled_nhwc", nhwc({2, 6, 9, 7}), pool(2, 2, 2, 2, 0, 0));
+    add_pool_cases(cs, "2x2s2_tiled_lenet_nhwc", nhwc({16, 6, 28, 28}), pool(2, 2, 2, 2, 0, 0));
+    add_pool_cases(cs, "2x2s2_tiled_64c_nhwc", nhwc({1, 64, 4, 6}), pool(2, 2, 2, 2, 0, 0));
+    add_pool_cases(cs, "3x3s3_tiled_nhwc", nhwc({2, 3, 7, 8}), pool(3, 3, 3, 3, 0, 0));
+    {
+        std::vector<Case> i32;
+        add_pool_cases(i32, "16x16s16_i32_argmax_nhwc", nhwc({1, 3, 17, 16}), pool(16, 16, 16, 16, 0, 0));
+        Case backward = i32[1];
+        backward.bf16 = false;
+        cs.push_back(backward);
+    }
     // arg-max of tied windows: the first maximal element; all-negative padded windows: padding never wins
     cs.push_back(unary("MaxPool2d_ties", K::MaxPool2d, pool(3, 3, 2, 2, 1, 1), nhwc({2, 3, 7, 8}), Fill{.lo = -1, .hi = 1, .step = 1}));
     cs.push_back(unary("MaxPool2d_negative_padded", K::MaxPool2d, pool(3, 2, 1, 2, 1, 1), plain({1, 3, 5, 6}), Fill{.lo = -2, .hi = -1}));
