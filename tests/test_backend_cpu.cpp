@@ -305,6 +305,40 @@ TEST(CpuBackend, DtypeCastRoundsAsOneDnn) {
     EXPECT_GT(subnormals, 2);
 }
 
+// GELU and its backward (the cpu backend's loops: A & S 7.1.26 erf, a polynomial exp) against the erf form
+// in double, far tighter than the op harness's tolerance: over [-14, 14] (past exp's clamp at -87 = -(13.2)^2 / 2),
+// on two threads, each within 3e-7 of max(1, |x|) (GELU) or of max(1, |dy|) (backward); NaN stays NaN.
+TEST(CpuBackend, GeluIsCloseToTheErfForm) {
+    std::vector<float> v;
+    for (int i = 0; i <= 56000; ++i) v.push_back(-14.0f + float(i) * 0.0005f);
+    v.push_back(0.0f);
+    v.push_back(-0.0f);
+    v.push_back(std::numeric_limits<float>::quiet_NaN());
+    const int64_t n = int64_t(v.size());
+    OpRun r;
+    const TensorId x = r.g.input("x", {{n}}), dy = r.g.input("dy", {{n}});
+    const TensorId y = r.g.add1(OpKind::Gelu, NoAttrs{}, {x}, "gelu");
+    const TensorId dx = r.g.add1(OpKind::GeluBackward, NoAttrs{}, {dy, x}, "gelu.bwd");
+    r.start({y, dx});
+    std::vector<float> grad(v.size());
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f - 0.25f * float(i % 9);  // in [-1, 1]
+    std::memcpy(r.ex->data(x), v.data(), v.size() * 4);
+    std::memcpy(r.ex->data(dy), grad.data(), grad.size() * 4);
+    r.ex->run_forward({.training = false});
+    const auto* got_y = static_cast<const float*>(r.ex->data(y));
+    const auto* got_dx = static_cast<const float*>(r.ex->data(dx));
+    for (int64_t i = 0; i < n; ++i) {
+        const double s = v[size_t(i)], cdf = 0.5 * (1.0 + std::erf(s / std::sqrt(2.0)));
+        if (std::isnan(s)) {
+            EXPECT_TRUE(std::isnan(got_y[i]) && std::isnan(got_dx[i])) << "element " << i;
+            continue;
+        }
+        const double want_y = s * cdf, want_dx = grad[size_t(i)] * (cdf + s * std::exp(-0.5 * s * s) / std::sqrt(2.0 * M_PI));
+        ASSERT_NEAR(got_y[i], want_y, 3e-7 * std::max(1.0, std::abs(s))) << "GELU(" << s << ")";
+        ASSERT_NEAR(got_dx[i], want_dx, 3e-7 * std::max(1.0, std::abs(double(grad[size_t(i)])))) << "GELU'(" << s << ")";
+    }
+}
+
 // bf16 conv / linear / matmul: outputs and gradients within bf16 rounding of f32.
 double relative_l2(const float* a, const float* b, int64_t n) {
     double num = 0, den = 0;
