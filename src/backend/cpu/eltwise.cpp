@@ -1,6 +1,6 @@
-// Activations, Sqrt, Pow (oneDNN eltwise forward/backward), Add/Mul/Sub/Div with B broadcast (oneDNN binary) and Dropout (a counter-based
-// RNG loop, f32 or bf16: the mask of element i in run t (RunContext::run) is graph/ops.hpp's dropout_keeps, the same on
-// every backend).
+// Activations, Sqrt, Pow (oneDNN eltwise forward/backward; ReLU / ReLU6 backward and GELU both ways are loops of joule's
+// own, below), Add/Mul/Sub/Div with B broadcast (oneDNN binary) and Dropout (a counter-based RNG loop, f32 or bf16: the
+// mask of element i in run t (RunContext::run) is graph/ops.hpp's dropout_keeps, the same on every backend).
 #include <bit>
 #include <cmath>
 #include <cstring>
