@@ -110,9 +110,10 @@ inline float select(bool c, float a, float b) {
     return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & m) | (std::bit_cast<uint32_t>(b) & ~m));
 }
 // exp(v) for v <= 0: 2^n e^r with r in [-ln2/2, ln2/2] (ln 2 in two parts), a degree-6 polynomial; v below -87
-// is taken as -87 (e^-87 ~ 1.6e-38, which the callers multiply to 0).
+// is taken as -87 (e^-87 ~ 1.6e-38, which the callers multiply to 0), and so is NaN (the callers' other factor
+// is NaN then too), so that the conversion to int below is always defined.
 inline float exp_nonpositive(float v) {
-    v = select(v < -87.0f, -87.0f, v);
+    v = select(v >= -87.0f, v, -87.0f);
     const int32_t n = int32_t(v * 1.44269504f - 0.5f);  // round(v / ln 2), v <= 0
     const float fn = float(n), r = (v - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
     float p = 1.3981999507e-3f;
@@ -120,7 +121,7 @@ inline float exp_nonpositive(float v) {
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    return (p * r * r + r + 1.0f) * std::bit_cast<float>((n + 127) << 23);
+    return (p * r * r + r + 1.0f) * std::bit_cast<float>(uint32_t(n + 127) << 23);
 }
 // Phi(x) = 0.5 (1 + erf(x / sqrt 2)) and e = exp(-x^2 / 2); for x < 0, Phi is the small 0.5 erfc(|x| / sqrt 2)
 // itself (no 1 - (1 - tiny) cancellation).
