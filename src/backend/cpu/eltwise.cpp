@@ -135,28 +135,18 @@ inline Phi gelu_phi(float x) {
     return {select(x < 0.0f, tail, 1.0f - tail), e};
 }
 template <class T>
-inline float load_f32(const T* p, int64_t i) {
-    if constexpr (std::is_same_v<T, float>) return p[i];
-    else return bf16_to_f32(p[i]);
-}
-template <class T>
-inline T from_f32(float v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return f32_to_bf16(v);
-}
-template <class T>
 JOULE_X86_64_V4_CLONE void gelu_forward(const T* __restrict x, T* __restrict y, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-        const float v = load_f32(x, i);
-        y[i] = from_f32<T>(v * gelu_phi(v).cdf);
+        const float v = ld(x, i);
+        st(y, i, v * gelu_phi(v).cdf);
     }
 }
 template <class T>
 JOULE_X86_64_V4_CLONE void gelu_backward(const T* __restrict dy, const T* __restrict x, T* __restrict dx, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-        const float v = load_f32(x, i);
+        const float v = ld(x, i);
         const Phi f = gelu_phi(v);
-        dx[i] = from_f32<T>(load_f32(dy, i) * (f.cdf + v * 0.3989422804014327f * f.e));  // 0.39894: 1 / sqrt(2 pi)
+        st(dx, i, ld(dy, i) * (f.cdf + v * 0.3989422804014327f * f.e));  // 0.39894: 1 / sqrt(2 pi)
     }
 }
 template <class T>

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "graph/bf16.hpp"
 #include "graph/error.hpp"
 
 namespace joule::cpu {
@@ -121,6 +122,13 @@ void parallel_chunks(int64_t n, F&& f) {
 #else
 #define JOULE_X86_64_V4_CLONE
 #endif
+
+// Element i of f32 or bf16 storage as f32, and an f32 stored into it (bf16.hpp's rounding): the loops of
+// joule's own compute in f32 over either storage.
+inline float ld(const float* p, int64_t i) { return p[i]; }
+inline float ld(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+inline void st(float* p, int64_t i, float v) { p[i] = v; }
+inline void st(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 
 // A kernel written as a plain loop (ops oneDNN has no primitive for).
 class FunctionKernel : public Kernel {

@@ -91,10 +91,6 @@ private:
 // time; other shapes run plain loops. The loops are compiled twice, for x86-64-v4 (AVX-512: the *_v4
 // wrappers) and for the baseline, and picked at run time (kHasV4). Channel sums end in double, per thread,
 // added up after; forward's are shifted by the channel's first element (robust one-pass variance).
-inline float ld(const float* p, int64_t i) { return p[i]; }
-inline float ld(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
-inline void st(float* p, int64_t i, float v) { p[i] = v; }
-inline void st(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 
 // The vector helpers are always inlined into the loops: no v16 crosses a call, so GCC's note that passing
 // 64-byte vectors without AVX-512 changes the ABI does not apply (GCC reports it at the end of the file,
