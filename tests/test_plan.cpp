@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -523,6 +524,63 @@ TEST(Passes, FusedTrainingFollowsUnfusedTraining) {
         for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], tol * std::fabs(losses[0][s])) << net << " step " << s;
         EXPECT_LT(distance(weights[1], weights[0]), 0.05 * distance(weights[0], initial)) << net;
     }
+}
+
+// The gemm-scope bf16 plan runs BERT's head splits and merges (Transpose, Reshape) in bf16 between its bf16
+// linears and attention matmuls, forward and backward: the GEMM before one writes bf16 and no Cast follows the
+// move. A move is exact and the rounding the same, so training gives the same bits as the plan that moves f32
+// (the GEMM writing f32, the move in f32, a Cast before the next GEMM).
+TEST(Passes, MovesBetweenLowPrecisionGemmsRunInTheirPrecisionWithTheSameBits) {
+    std::vector<float> losses[2];
+    std::vector<std::vector<float>> weights[2];
+    size_t casts[2] = {0, 0};
+    for (int moves_low = 0; moves_low < 2; ++moves_low) {
+        zoo::Model model = zoo::build("bert-tiny", {.batch = 2, .image_size = 0, .in_channels = 0, .classes = 2, .seq_len = 16});
+        const TensorId loss = model.loss;
+        TrainGraph tg = build_train_graph(std::move(model.graph), loss, OptimizerConfig::sgd(0.02f, 0.9f));
+        BackendSet backends({.threads = 2});
+        Plan plan = precision_plan(tg, DType::BF16, PrecisionScope::Gemm, backends.get("cpu"));
+        const Graph& g = tg.graph;
+        std::map<std::string, NodeId> node_named;
+        for (size_t k = 0; k < g.num_nodes(); ++k) node_named[g.node(NodeId(k)).name] = NodeId(k);
+        size_t low_moves = 0;
+        for (const PlanEntry& e : plan.entries) {
+            const NodeId id = node_named.at(e.pattern);
+            if (!moves_data_only(g.node(id).kind)) continue;
+            ++low_moves;
+            // every input written by a low-precision node, every reader one
+            for (TensorId t : g.node(id).inputs)
+                EXPECT_TRUE(std::any_of(plan.entries.begin(), plan.entries.end(), [&](const PlanEntry& o) { return o.pattern == g.node(g.tensor(t).producer).name; })) << e.pattern;
+        }
+        // per layer a Reshape and a Transpose for each of q, k, v and for the merge, forward and backward
+        EXPECT_EQ(low_moves, 2u * 8 * 2);
+        if (moves_low == 0) {  // the plan before: the moves in f32, the GEMMs before them writing f32
+            std::vector<PlanEntry> kept;
+            for (const PlanEntry& e : plan.entries) {
+                const Node& node = g.node(node_named.at(e.pattern));
+                if (!moves_data_only(node.kind)) {
+                    kept.push_back(e);
+                    continue;
+                }
+                if (const Node& p = g.node(g.tensor(node.inputs[0]).producer); gemm_may_write_f32(p.kind))
+                    plan.storage.push_back({g.tensor(p.outputs[0]).name, DType::F32, "test"});
+            }
+            plan.entries = kept;
+        }
+        const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {loss}});
+        casts[moves_low] = lg.casts;
+        Executor ex(lg, backends, {.seed = 5});
+        data::SyntheticData synth(7);
+        for (int s = 0; s < 3; ++s) {
+            fill_synthetic(ex, model, synth);
+            ex.run_all();
+            losses[moves_low].push_back(ex.f32(loss)[0]);
+        }
+        weights[moves_low] = parameter_values(lg, ex);
+    }
+    EXPECT_EQ(casts[0] - casts[1], 2u * 8) << "per layer a cast after each of the 8 moves between GEMMs";
+    EXPECT_EQ(losses[1], losses[0]);
+    EXPECT_EQ(weights[1], weights[0]);
 }
 
 // The fused batch norms (cpu loops: forward + ReLU6, backward with the activation's backward folded in)

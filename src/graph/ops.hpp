@@ -223,6 +223,11 @@ inline bool gemm_may_write_f32(OpKind k) {
     return weight_gradient(k) || k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::Linear ||
            k == OpKind::LinearBackwardData || k == OpKind::MatMul;
 }
+// Nodes that only move or copy elements (and SliceBackward's zeros): exact in every dtype, so a cast
+// before one gives the same bits as a cast after it.
+inline bool moves_data_only(OpKind k) {
+    return k == OpKind::Reshape || k == OpKind::Transpose || k == OpKind::Slice || k == OpKind::SliceBackward || k == OpKind::Concat;
+}
 // Activations whose backward reads the forward output Y instead of the input X: <Op>Backward(dY, Y).
 // True for those forward kinds and for their backward kinds.
 inline bool backward_reads_output(OpKind k) {

@@ -75,6 +75,31 @@ Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, con
         const NodeId n = NodeId(i);
         if (!f32_only_op(g.node(n).kind)) take[i] = scope == PrecisionScope::Gemm ? is_gemm_node(g, n) : runs(g, n, dtype);
     }
+    // Under the gemm scope a node that only moves data between low-precision nodes -- every input written by
+    // one, every reader one -- computes in dtype too (BERT's heads split and merged between its linears and
+    // attention matmuls, forward and backward): it then moves half the bytes, and the GEMM before it writes
+    // dtype instead of f32 + a Cast node after the move (the same bits: the move is exact, the rounding the
+    // same). PyTorch's autocast likewise runs such ops in their input's dtype. The largest set meeting the
+    // rule: start from every candidate, drop those that break it until none does.
+    if (scope == PrecisionScope::Gemm) {
+        std::vector<bool> moves(g.num_nodes(), false);
+        for (size_t i = 0; i < g.num_nodes(); ++i)
+            if (moves_data_only(g.node(NodeId(i)).kind) && runs(g, NodeId(i), dtype)) moves[i] = take[i] = true;
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (size_t i = 0; i < g.num_nodes(); ++i) {
+                if (!moves[i] || !take[i]) continue;
+                const Node& node = g.node(NodeId(i));
+                const std::vector<NodeId>& readers = g.consumers(node.outputs[0]);
+                const bool low_in = std::all_of(node.inputs.begin(), node.inputs.end(), [&](TensorId t) {
+                    const NodeId p = g.tensor(t).producer;
+                    return p != kNone && take[size_t(p)];
+                });
+                if (!low_in || readers.empty() || !std::all_of(readers.begin(), readers.end(), [&](NodeId r) { return take[size_t(r)]; }))
+                    take[i] = false, changed = true;
+            }
+        }
+    }
     for (size_t i = 0; i < g.num_nodes(); ++i) {
         if (!take[i]) continue;
         const Node& node = g.node(NodeId(i));

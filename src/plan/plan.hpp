@@ -72,9 +72,10 @@ bool glob_match(const std::string& pattern, const std::string& text);  // * and 
 const std::string& layer_of(const Graph& g, NodeId n);
 
 // `--dtype D --dtype-scope gemm|all` as a plan for one device: D on the conv / linear / matmul nodes
-// (PyTorch autocast's list), or on every node the device's backend supports in D; weight gradients of
-// low-precision GEMMs stored in f32 (the kernel writes them directly, the update reads f32). f32 gives
-// the plan with no entries. The one function behind train, profile, analyze and inspect's --dtype.
+// (PyTorch autocast's list) and the nodes that only move data between them (moves_data_only, every input
+// and reader in D), or on every node the device's backend supports in D; weight gradients of low-precision
+// GEMMs stored in f32 (the kernel writes them directly, the update reads f32). f32 gives the plan with no
+// entries. The one function behind train, profile, analyze and inspect's --dtype.
 enum class PrecisionScope : uint8_t { Gemm, All };
 PrecisionScope parse_precision_scope(const std::string& s);
 Plan precision_plan(const TrainGraph& tg, DType dtype, PrecisionScope scope, const Backend& device);
