@@ -270,5 +270,47 @@ TEST(Layout, ReordersAgreeOnCpuAndReference) {
     }
 }
 
+// The cpu's own casts of a convolution weight's f32 master (ABcd16b16a) into the bf16 formats of oneDNN's
+// bf16 convolutions (Xa2b AcdB forward, 8a16b2a ABcd / BAcd backward-data) store what oneDNN's reorder and the
+// reference backend store, byte for byte: channel counts off every block (padding zero, out-channels past the
+// master's padding when X = 48 or 64), odd in-channels, 1x1 and 3x3, on two threads.
+TEST(Layout, WeightCastsIntoBf16ConvolutionFormatsMatchOneDnn) {
+    const std::vector<tag> targets = {tag::AcdB16a2b, tag::AcdB32a2b, tag::AcdB48a2b, tag::AcdB64a2b, tag::ABcd8a16b2a, tag::BAcd8a16b2a};
+    for (const Shape& shape : {Shape{24, 6, 3, 3}, Shape{40, 3, 1, 1}, Shape{72, 37, 3, 3}, Shape{16, 16, 1, 1}}) {
+        const dnnl::memory::dims dims(shape.begin(), shape.end());
+        const TensorDesc master = blocked(shape, dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag::ABcd16b16a));
+        for (const tag target : targets) {
+            const TensorDesc b = blocked(shape, dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, target));
+            Graph g;
+            const TensorId x = g.parameter("x", {shape}, Init::normal(1.0f));
+            const TensorId m = g.add1(OpKind::Cast, CastAttrs{DType::F32, true, Layout::Blocked, master.blocking}, {x}, "to_master");
+            const TensorId y = g.add1(OpKind::Cast, CastAttrs{DType::BF16, true, Layout::Blocked, b.blocking}, {m}, "to_bf16");
+            std::vector<std::byte> stored[3];
+            for (int r = 0; r < 3; ++r) {  // joule's loop, oneDNN's reorder (from the same master), the reference
+                cpu::CpuBackend cpu(2);
+                ReferenceBackend ref;
+                Backend& be = r == 2 ? static_cast<Backend&>(ref) : cpu;
+                Executor ex(g, be, {{m, y}, 5});
+                std::memset(ex.data(y), 0xff, g.tensor(y).desc.bytes());
+                ex.run_all();
+                if (r == 1) {
+                    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+                    dnnl::stream st(eng);
+                    dnnl::memory from(dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag::ABcd16b16a), eng, ex.data(m));
+                    dnnl::memory to(dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, target), eng, ex.data(y));
+                    std::memset(ex.data(y), 0xff, g.tensor(y).desc.bytes());
+                    dnnl::reorder(from, to).execute(st, from, to);
+                    st.wait();
+                }
+                const auto* p = static_cast<const std::byte*>(ex.data(y));
+                stored[r].assign(p, p + g.tensor(y).desc.bytes());
+            }
+            const std::string what = b.blocking.name() + " " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" + std::to_string(shape[2]);
+            EXPECT_EQ(stored[0], stored[1]) << what << ": joule's loop against oneDNN's reorder";
+            EXPECT_EQ(stored[0], stored[2]) << what << ": against the reference";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace joule
