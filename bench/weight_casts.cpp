@@ -1,12 +1,14 @@
 // A convolution weight's f32 master (ABcd16b16a) cast into the bf16 formats of oneDNN's bf16 convolutions:
 // the cpu backend's own loop (backend/cpu/convert.cpp) against oneDNN's reorder on the same memory,
-// alternating in one process (this machine's bandwidth drifts between runs).
+// alternating in one process (this machine's bandwidth drifts between runs), each call on cold caches (a 256 MiB
+// buffer written before it), as in a training step where the master was last touched by the previous update.
 //   build/bench_weight_casts [threads] [rounds]
 // Per row: the median round's milliseconds and GB/s (f32 read + bf16 written) of each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -64,10 +66,13 @@ int main(int argc, char** argv) {
         dnnl::memory to(dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, c.target), eng, ex.data(y));
         dnnl::reorder r(from, to);
         std::vector<double> ours, theirs;
+        std::vector<char> flush(size_t(256) << 20);
         for (int k = 0; k <= rounds; ++k) {
+            std::memset(flush.data(), k, flush.size());
             auto t0 = clock_type::now();
             ex.run(1, 2);
             const double a = std::chrono::duration<double>(clock_type::now() - t0).count();
+            std::memset(flush.data(), k + 1, flush.size());
             t0 = clock_type::now();
             r.execute(st, from, to);
             st.wait();

@@ -1,6 +1,7 @@
 // The plan's Cast (a oneDNN reorder between two layouts, or a layout and a dtype; a loop of joule's own
 // for a dtype change alone) and Transfer (the cpu backend shares host memory with every device that really
 // runs here, so a transfer into it is a copy).
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -57,24 +58,24 @@ std::optional<WeightTileCast> weight_tile_cast(const TensorDesc& x, const Tensor
 inline uint32_t bf16_pair(float lo, float hi) { return uint32_t(f32_to_bf16(lo)) | uint32_t(f32_to_bf16(hi)) << 16; }
 
 // Xa2b, AcdB: word ((((a / X) * H + h) * W + w) * I2 + b / 2) * X + a % X holds (a, b), (a, b + 1), I2 = ceil(I / 2).
-// Units: (a / X, h, w), each X * I2 contiguous words. Out-channels past the source's padding (X > 16) are zero.
+// Units: the source's tiles in storage order (one read stream; each tile's pairs of rows go to 16 contiguous
+// words, 8 lines apart by X words: reading in the destination's order instead strided over the tiles and ran
+// at the memory speed of oneDNN's reorder). Out-channels past the source's padding (X > 16): zero_pairs_of_b.
 JOULE_X86_64_V4_CLONE void cast_pairs_of_b(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end) {
-    const int64_t I2 = (c.I + 1) / 2, o_padded = c.tiles_o() * 16;
+    const int64_t I2 = (c.I + 1) / 2;
     for (int64_t u = begin; u < end; ++u) {
-        const int64_t w = u % c.W, h = u / c.W % c.H, ax = u / (c.W * c.H);
-        uint32_t* out = dst + u * I2 * c.X;
-        for (int64_t bp = 0; bp < I2; ++bp)
-            for (int64_t j = 0; j < c.X; j += 16, out += 16) {
-                const int64_t a0 = ax * c.X + j;
-                if (a0 >= o_padded) {
-                    for (int i = 0; i < 16; ++i) out[i] = 0;
-                    continue;
-                }
-                const float* r0 = src + c.src_tile(a0 / 16, 2 * bp / 16, h, w) + (2 * bp % 16) * 16;
-                const float* r1 = r0 + 16;
-                for (int i = 0; i < 16; ++i) out[i] = bf16_pair(r0[i], r1[i]);
-            }
+        const int64_t w = u % c.W, h = u / c.W % c.H, ib = u / (c.W * c.H) % c.tiles_i(), a0 = u / (c.W * c.H * c.tiles_i()) * 16;
+        const float* tile = src + u * 256;
+        uint32_t* out = dst + ((((a0 / c.X) * c.H + h) * c.W + w) * I2 + ib * 8) * c.X + a0 % c.X;
+        for (int64_t r = 0; r < std::min<int64_t>(8, I2 - ib * 8); ++r, out += c.X)
+            for (int i = 0; i < 16; ++i) out[i] = bf16_pair(tile[32 * r + i], tile[32 * r + 16 + i]);
     }
+}
+void zero_pairs_of_b(const WeightTileCast& c, uint32_t* dst) {
+    const int64_t I2 = (c.I + 1) / 2, from = c.tiles_o() * 16, to = (c.O + c.X - 1) / c.X * c.X, ax = from / c.X;
+    if (from == to) return;
+    for (int64_t hw = 0; hw < c.H * c.W; ++hw)
+        for (int64_t bp = 0; bp < I2; ++bp) std::memset(dst + ((ax * c.H * c.W + hw) * I2 + bp) * c.X + from % c.X, 0, size_t(to - from) * 4);
 }
 
 // 8a16b2a: per 16 x 16 tile (ABcd: the source's tile order; BAcd: in-channel blocks outermost) word
@@ -115,7 +116,8 @@ std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
         auto* dst = static_cast<uint32_t*>(a.out[0]);
         if (c->kind == WeightTileCast::PairsOfB)
             return std::make_unique<FunctionKernel>([=, c = *c](const RunContext&) {
-                parallel_chunks((c.O + c.X - 1) / c.X * c.H * c.W, [&](int64_t b, int64_t e) { cast_pairs_of_b(c, src, dst, b, e); });
+                parallel_chunks(c.tiles_o() * c.tiles_i() * c.H * c.W, [&](int64_t b, int64_t e) { cast_pairs_of_b(c, src, dst, b, e); });
+                zero_pairs_of_b(c, dst);
             });
         return std::make_unique<FunctionKernel>([=, c = *c](const RunContext&) {
             parallel_chunks(c.tiles_o() * c.tiles_i() * c.H * c.W, [&](int64_t b, int64_t e) { cast_pairs_of_a(c, src, dst, b, e); });
