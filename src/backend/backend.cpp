@@ -7,28 +7,34 @@ namespace joule {
 const char* time_source_name(TimeSource s) { return s == TimeSource::Measured ? "measured" : "modelled"; }
 
 namespace {
-Support check_operand(const Graph& g, TensorId t, DType want, bool f32_too, const char* what, size_t i) {
+Support check_operand(const Graph& g, TensorId t, DType want, bool f32_too, bool bf16_too, const char* what, size_t i) {
     const DType have = g.tensor(t).desc.dtype;
-    if (!is_float(have) || have == want || (f32_too && have == DType::F32)) return {};
+    if (!is_float(have) || have == want || (f32_too && have == DType::F32) || (bf16_too && have == DType::BF16)) return {};
     return {false, std::string(what) + " " + std::to_string(i) + " ('" + g.tensor(t).name + "') is stored in " + dtype_name(have) +
                        " but the node computes in " + dtype_name(want) + " (a Cast must convert it)"};
 }
 }  // namespace
 
-Support check_dtypes(const Graph& g, NodeId id, OperandMask f32_allowed) {
+Support check_dtypes(const Graph& g, NodeId id, OperandMask f32_allowed, OperandMask bf16_allowed) {
     const Node& n = g.node(id);
     if (n.kind == OpKind::Cast || n.kind == OpKind::Transfer) return {};  // they convert and move; their shape rules fix the dtypes
     const OpInfo& info = op_info(n.kind);
     for (size_t i = 0; i < n.inputs.size(); ++i) {
         const bool f32 = has_bit(info.f32_inputs, i);
-        if (Support s = check_operand(g, n.inputs[i], f32 ? DType::F32 : n.compute, false, "input", i); !s.ok) return s;
+        if (Support s = check_operand(g, n.inputs[i], f32 ? DType::F32 : n.compute, false, false, "input", i); !s.ok) return s;
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) {
         const bool f32 = has_bit(info.f32_outputs, i);
-        if (Support s = check_operand(g, n.outputs[i], f32 ? DType::F32 : n.compute, has_bit(f32_allowed, i), "output", i); !s.ok)
+        if (Support s = check_operand(g, n.outputs[i], f32 ? DType::F32 : n.compute, has_bit(f32_allowed, i), has_bit(bf16_allowed, i), "output", i); !s.ok)
             return s;
     }
     return {};
+}
+
+Support check_host_dtypes(const Graph& g, NodeId id) {
+    const Node& n = g.node(id);
+    const bool wide = n.compute == DType::BF16 && gemm_may_write_f32(n.kind), narrow = n.compute == DType::F32 && stores_output_low(n.kind, n.pre_op);
+    return check_dtypes(g, id, wide ? OperandMask(0b1) : OperandMask(0), narrow ? OperandMask(0b1) : OperandMask(0));
 }
 
 Support f32_bf16_support(const Graph& g, NodeId id, const std::string& device, const std::string& backend) {

@@ -89,6 +89,7 @@ void add_inspect(CLI::App& app) {
                                         {"transfers", lg.transfers},
                                         {"fused_activations", lg.fused},
                                         {"fused_backwards", lg.fused_backward},
+                                        {"folded_casts", lg.folded_casts},
                                         {"reorders", lg.reorders},
                                         {"processes", processes},
                                         {"allreduce_buckets", lg.allreduce_buckets},
@@ -108,7 +109,8 @@ void add_inspect(CLI::App& app) {
                    shapes(g, n.outputs), fixed(c.flops / 1e6, 3), bytes_str(c.bytes_read), bytes_str(c.bytes_written)});
         }
         t.print(std::cout);
-        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers, " << lg.reorders << " reorders, " << lg.fused << " activations fused, " << lg.fused_backward << " backward nodes folded into their readers";
+        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers, " << lg.reorders << " reorders, " << lg.fused << " activations fused, " << lg.fused_backward << " backward nodes folded into their readers, "
+                  << lg.folded_casts << " casts folded into their producers";
         if (processes > 1) std::cout << "; one of " << processes << " processes (batch " << cfg.batch << " each), " << lg.allreduce_buckets << " gradient bucket(s) all-reduced";
         std::cout << "; graph fingerprint " << print << "\n";
         std::cout << g.num_nodes() << " nodes, " << g.parameter_count() << " parameters; per iteration: " << si(total.total.flops, "FLOP")

@@ -223,6 +223,17 @@ inline bool gemm_may_write_f32(OpKind k) {
     return weight_gradient(k) || k == OpKind::Conv2d || k == OpKind::ConvBackwardData || k == OpKind::Linear ||
            k == OpKind::LinearBackwardData || k == OpKind::MatMul;
 }
+// Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
+// own loops: batch norm's backward with an activation's backward folded in, GELU and its backward; the
+// reference stores any dtype): plan/'s fuse pass folds a Cast that follows one into it, so the f32 tensor
+// is neither written nor read.
+inline bool stores_output_low(OpKind kind, OpKind pre_op) {
+    switch (kind) {
+        case OpKind::BatchNormBackward: return pre_op != OpKind::Count;
+        case OpKind::Gelu: case OpKind::GeluBackward: return true;
+        default: return false;
+    }
+}
 // Nodes that only move or copy elements (and SliceBackward's zeros): exact in every dtype, so a cast
 // before one gives the same bits as a cast after it.
 inline bool moves_data_only(OpKind k) {

@@ -409,6 +409,39 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
     });
 }
 
+TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded) {
+    Graph& g = tg.graph;
+    std::vector<bool> kept(g.num_tensors(), false);
+    for (TensorId t : keep) kept[size_t(t)] = true;
+    std::vector<TensorId> into(g.num_nodes(), kNone);  // per producer: the cast output it writes instead
+    std::vector<bool> gone(g.num_nodes(), false);      // the folded casts
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& c = g.node(NodeId(k));
+        if (c.kind != OpKind::Cast) continue;
+        const TensorId x = c.inputs[0], y = c.outputs[0];
+        const NodeId p = g.tensor(x).producer;
+        if (p == kNone) continue;
+        const Node& prod = g.node(p);
+        const TensorDesc &dx = g.tensor(x).desc, &dy = g.tensor(y).desc;
+        if (prod.outputs[0] != x || !stores_output_low(prod.kind, prod.pre_op) || prod.compute != DType::F32 || dx.dtype != DType::F32 ||
+            dy.dtype != DType::BF16 || dx.layout != dy.layout || dx.blocking != dy.blocking || g.consumers(x).size() != 1 || kept[size_t(x)] ||
+            (g.tensor(x).role != TensorRole::Activation && g.tensor(x).role != TensorRole::Gradient) || prod.device != c.device ||
+            !fuses_activations(prod.device))
+            continue;
+        into[size_t(p)] = y;
+        gone[k] = true;
+    }
+    size_t k = 0;  // rebuild() rewrites the nodes in order
+    tg = rebuild(std::move(tg), [&](Node& n, Graph&) {
+        const size_t id = k++;
+        if (gone[id]) return false;
+        if (into[id] != kNone) n.outputs[0] = into[id];
+        return true;
+    });
+    if (folded) *folded = size_t(std::count(gone.begin(), gone.end(), true));
+    return tg;
+}
+
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
     if (o.ranks < 1) throw Error("a data-parallel job has at least one process, got " + std::to_string(o.ranks));
     if (o.ranks == 1) return tg;
@@ -631,6 +664,7 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     if (o.fuse) tg = fuse_activations(std::move(tg), o.keep);
     for (const Node& n : tg.graph.nodes()) lg.fused_backward += n.pre_op != OpKind::Count;
     lg.fused = unfused - tg.graph.num_nodes() - lg.fused_backward;
+    if (o.fuse && o.fold_casts) tg = fold_casts(std::move(tg), o.keep, &lg.folded_casts);
     dump("fuse", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {

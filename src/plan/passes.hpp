@@ -35,6 +35,10 @@
 //                     result (Node::pre_op, fusable_backward): that node reads (dY, ..., Y) and the
 //                     activation's gradient is never stored; and a gradient sum (a residual junction's
 //                     Add) into the ReLU / ReLU6 backward reading it, which reads (a, Y, b)
+//   fold_casts        (part of the fuse step) a Cast from f32 to bf16, same storage order, folds into the
+//                     node writing its input when that node rounds as it stores (stores_output_low), on a
+//                     device whose backend fuses, and the cast is the input's only reader, not kept: the node
+//                     writes the bf16 tensor itself, the f32 one is neither written nor stored (the same bits)
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -79,6 +83,7 @@ struct LoweredGraph {
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
     size_t fused = 0;                                                 // activations folded into their producers
     size_t fused_backward = 0;                                        // backward nodes folded into their readers (Node::pre_op)
+    size_t folded_casts = 0;                                          // casts folded into the node writing their input
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };
@@ -96,6 +101,7 @@ struct LowerOptions {
     // joule amp lower with both off and report exactly what they optimised; training runs both.
     bool layout = true;
     bool fuse = true;
+    bool fold_casts = true;      // with fuse: casts folded into their producers (off: tests compare)
     std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, layout, fuse, memory
     std::ostream* dump = nullptr;
 };
@@ -114,6 +120,7 @@ TrainGraph insert_transfers(TrainGraph tg);
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o);
 TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* reorders = nullptr);
 TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep);
+TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 
 // The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no

@@ -217,8 +217,8 @@ Support CpuBackend::supports(const Graph& g, NodeId id) const {
     }
     if (n.kind == OpKind::Reshape && !g.tensor(n.inputs[0]).desc.row_major() && !g.tensor(n.outputs[0]).desc.row_major())
         return {false, "a reshape between two nhwc shapes is not supported; reshape through a plain tensor"};
-    // bf16 GEMMs may write their first output (a weight gradient, an activation or its gradient) in f32 directly
-    return check_dtypes(g, id, gemm_may_write_f32(n.kind) ? OperandMask(0b1) : OperandMask(0));
+    // bf16 GEMMs may write their first output in f32 directly, some f32 loops theirs in bf16
+    return check_host_dtypes(g, id);
 }
 
 namespace {

@@ -134,29 +134,30 @@ inline Phi gelu_phi(float x) {
     const float e = exp_nonpositive(-z * z), tail = 0.5f * t * p * e;
     return {select(x < 0.0f, tail, 1.0f - tail), e};
 }
-template <class T>
-JOULE_X86_64_V4_CLONE void gelu_forward(const T* __restrict x, T* __restrict y, int64_t begin, int64_t end) {
+template <class T, class U>
+JOULE_X86_64_V4_CLONE void gelu_forward(const T* __restrict x, U* __restrict y, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
         const float v = ld(x, i);
         st(y, i, v * gelu_phi(v).cdf);
     }
 }
-template <class T>
-JOULE_X86_64_V4_CLONE void gelu_backward(const T* __restrict dy, const T* __restrict x, T* __restrict dx, int64_t begin, int64_t end) {
+template <class T, class U>
+JOULE_X86_64_V4_CLONE void gelu_backward(const T* __restrict dy, const T* __restrict x, U* __restrict dx, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
         const float v = ld(x, i);
         const Phi f = gelu_phi(v);
         st(dx, i, ld(dy, i) * (f.cdf + v * 0.3989422804014327f * f.e));  // 0.39894: 1 / sqrt(2 pi)
     }
 }
-template <class T>
+// T: the inputs' storage, U: the output's (bf16 from f32 inputs: the plan folded the Cast after the node)
+template <class T, class U>
 std::unique_ptr<Kernel> gelu_loop(const KernelArgs& a) {
     const int64_t n = a.out_desc(0).storage_numel();
     const bool forward = a.node.kind == OpKind::Gelu;
     // Gelu: (X) -> Y; GeluBackward: (dY, X) -> dX
     const T* in0 = static_cast<const T*>(a.in[0]);
     const T* in1 = forward ? nullptr : static_cast<const T*>(a.in[1]);
-    T* out = static_cast<T*>(a.out[0]);
+    U* out = static_cast<U*>(a.out[0]);
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         parallel_chunks(n, [&](int64_t begin, int64_t end) {
             if (forward) gelu_forward(in0, out, begin, end);
@@ -172,8 +173,15 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
         return act_backward(a);
     }
     if (act_backward_by_loop(a)) return act_backward(a);
-    if ((a.node.kind == OpKind::Gelu || a.node.kind == OpKind::GeluBackward) && same_storage_loop(a))
-        return a.out_desc(0).dtype == DType::BF16 ? gelu_loop<uint16_t>(a) : gelu_loop<float>(a);
+    if (a.node.kind == OpKind::Gelu || a.node.kind == OpKind::GeluBackward) {
+        if (same_storage_loop(a)) return a.out_desc(0).dtype == DType::BF16 ? gelu_loop<uint16_t, uint16_t>(a) : gelu_loop<float, float>(a);
+        if (a.out_desc(0).dtype == DType::BF16 && a.node.compute == DType::F32) {  // f32 inputs (check_dtypes), rounded as stored
+            for (size_t i = 0; i < a.node.inputs.size(); ++i)
+                JOULE_ASSERT(a.in_desc(i).layout == a.out_desc(0).layout && a.in_desc(i).blocking == a.out_desc(0).blocking,
+                             "op '" + a.node.name + "': a GELU storing bf16 reads its output's storage order");
+            return gelu_loop<float, uint16_t>(a);
+        }
+    }
     const EltwiseAlg alg = eltwise_alg(a.node);
     const bool forward = op_info(a.node.kind).grad != nullptr;
     const TensorDesc& x = forward ? a.in_desc(0) : a.in_desc(1);

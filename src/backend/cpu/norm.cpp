@@ -276,8 +276,8 @@ JOULE_INLINE void scale_shift_act(const T* __restrict x, T* __restrict y, const 
         }
 }
 // Backward: dx = dy f'(y) a_c + (x - mean_c) b_c + k_c.
-template <class T>
-JOULE_INLINE void grad_input(const T* __restrict dy, const T* __restrict x, const T* __restrict y, T* __restrict dx, const float* __restrict mean,
+template <class T, class U>
+JOULE_INLINE void grad_input(const T* __restrict dy, const T* __restrict x, const T* __restrict y, U* __restrict dx, const float* __restrict mean,
                              const float* __restrict a, const float* __restrict b, const float* __restrict k, NormView v, float hi, int64_t begin,
                              int64_t end) {
     const int64_t C = v.channels;
@@ -305,8 +305,8 @@ template <class T>
 JOULE_V4 void scale_shift_act_v4(const T* x, T* y, const float* mean, const float* a, const float* beta, NormView v, float hi, int64_t begin, int64_t end) {
     scale_shift_act(x, y, mean, a, beta, v, hi, begin, end);
 }
-template <class T>
-JOULE_V4 void grad_input_v4(const T* dy, const T* x, const T* y, T* dx, const float* mean, const float* a, const float* b, const float* k, NormView v,
+template <class T, class U>
+JOULE_V4 void grad_input_v4(const T* dy, const T* x, const T* y, U* dx, const float* mean, const float* a, const float* b, const float* k, NormView v,
                             float hi, int64_t begin, int64_t end) {
     grad_input(dy, x, y, dx, mean, a, b, k, v, hi, begin, end);
 }
@@ -369,15 +369,23 @@ class BatchNormActBackward : public Kernel {
 public:
     explicit BatchNormActBackward(const KernelArgs& a)
         : eps_(attrs_as<NormAttrs>(a.node).eps), view_(norm_view(a.in_desc(1))), pre_(a.node.pre_op), bf16_(a.in_desc(1).dtype == DType::BF16),
+          out_bf16_(a.out_desc(0).dtype == DType::BF16),
           dy_(a.in[0]), x_(a.in[1]), y_(a.in[5]), dx_(a.out[0]), gamma_(static_cast<const float*>(a.in[2])), mean_(static_cast<const float*>(a.in[3])),
           var_(static_cast<const float*>(a.in[4])), dgamma_(static_cast<float*>(a.out[1])), dbeta_(static_cast<float*>(a.out[2])),
           a_(size_t(view_.channels)), b_(size_t(view_.channels)), k_(size_t(view_.channels)), s1_(size_t(view_.channels)), s2_(size_t(view_.channels)) {
-        JOULE_ASSERT(a.node.inputs.size() == 6 && (a.in_desc(1).dtype == DType::F32 || bf16_), "batch norm loops: f32 or bf16 data, Y last");
+        // dX as the data or, from f32, bf16 (a Cast the plan folded into the node: rounded as stored)
+        const DType x = a.in_desc(1).dtype, dx = a.out_desc(0).dtype;
+        JOULE_ASSERT(a.node.inputs.size() == 6 && (x == DType::F32 || bf16_) && (dx == x || (x == DType::F32 && dx == DType::BF16)),
+                     "batch norm loops: f32 or bf16 data, dX as X or bf16, Y last");
     }
-    void run(const RunContext&) override { bf16_ ? run_as<uint16_t>() : run_as<float>(); }
+    void run(const RunContext&) override {
+        if (bf16_) run_as<uint16_t, uint16_t>();
+        else if (out_bf16_) run_as<float, uint16_t>();
+        else run_as<float, float>();
+    }
 
 private:
-    template <class T>
+    template <class T, class U>
     void run_as() {
         const T *dy = static_cast<const T*>(dy_), *x = static_cast<const T*>(x_), *y = static_cast<const T*>(y_);
         const int64_t C = view_.channels;
@@ -392,14 +400,14 @@ private:
             k_[size_t(c)] = float(-g * rstd * s1_[size_t(c)] / m);
         }
         parallel_chunks(pass_units(view_), [&](int64_t begin, int64_t end) {
-            (kHasV4 ? grad_input_v4<T> : grad_input<T>)(dy, x, y, static_cast<T*>(dx_), mean_, a_.data(), b_.data(), k_.data(), view_, act_ceiling(pre_), begin, end);
+            (kHasV4 ? grad_input_v4<T, U> : grad_input<T, U>)(dy, x, y, static_cast<U*>(dx_), mean_, a_.data(), b_.data(), k_.data(), view_, act_ceiling(pre_), begin, end);
         });
     }
 
     float eps_;
     NormView view_;
     OpKind pre_;
-    bool bf16_;
+    bool bf16_, out_bf16_;
     const void *dy_, *x_, *y_;
     void* dx_;
     const float *gamma_, *mean_, *var_;

@@ -104,8 +104,8 @@ Support ReferenceBackend::supports(const Graph& g, NodeId id) const {
     for (TensorId t : n.outputs)
         if (!reference::storage_supported(g.tensor(t).desc.dtype)) return {false, "this build of the reference has no f16 storage"};
     if (Support s = f32_bf16_support(g, id, device_, "the reference"); !s.ok || n.kind == OpKind::Transfer || n.kind == OpKind::Cast) return s;
-    // bf16 GEMMs may write their first output (a weight gradient, an activation or its gradient) in f32 directly
-    return check_dtypes(g, id, gemm_may_write_f32(n.kind) ? OperandMask(0b1) : OperandMask(0));
+    // bf16 GEMMs may write their first output in f32 directly, some f32 loops theirs in bf16
+    return check_host_dtypes(g, id);
 }
 
 std::unique_ptr<Kernel> ReferenceBackend::prepare(const Graph& g, NodeId id, const std::vector<void*>& inputs,
