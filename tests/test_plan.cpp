@@ -489,6 +489,25 @@ double distance(const std::vector<std::vector<float>>& a, const std::vector<std:
     return std::sqrt(sum);
 }
 
+// Three training steps of a lowered zoo net on synthetic batches: the parameters before, each step's loss, the
+// parameters after.
+struct Trained {
+    std::vector<std::vector<float>> initial, weights;
+    std::vector<float> losses;
+};
+Trained train_steps(const LoweredGraph& lg, BackendSet& backends, const zoo::Model& model, uint64_t seed, uint64_t data_seed) {
+    Executor ex(lg, backends, {.seed = seed});
+    Trained t{parameter_values(lg, ex), {}, {}};
+    data::SyntheticData synth(data_seed);
+    for (int s = 0; s < 3; ++s) {
+        fill_synthetic(ex, model, synth);
+        ex.run_all();
+        t.losses.push_back(ex.f32(model.loss)[0]);
+    }
+    t.weights = parameter_values(lg, ex);
+    return t;
+}
+
 // Training under the fused graph follows training of the same graph lowered without fusion, which runs
 // every activation and activation backward as its own node: same initial parameters, same batches; losses
 // step by step, and the parameters' change over three steps within 5 % (ResNet-18's last batch norms see
@@ -511,15 +530,10 @@ TEST(Passes, FusedTrainingFollowsUnfusedTraining) {
             const LoweredGraph lg = lower(std::move(tg), Plan{}, {.keep = {loss}, .fuse = fuse == 1});
             EXPECT_EQ(lg.fused > 0, fuse == 1) << net;
             EXPECT_EQ(lg.fused_backward > 0, fuse == 1 && std::string(net) != "lenet5") << net;
-            Executor ex(lg, backends, {.seed = 3});
-            if (fuse == 0) initial = parameter_values(lg, ex);
-            data::SyntheticData synth(4);
-            for (int s = 0; s < 3; ++s) {
-                fill_synthetic(ex, model, synth);
-                ex.run_all();
-                losses[fuse].push_back(ex.f32(loss)[0]);
-            }
-            weights[fuse] = parameter_values(lg, ex);
+            Trained t = train_steps(lg, backends, model, 3, 4);
+            if (fuse == 0) initial = std::move(t.initial);
+            losses[fuse] = std::move(t.losses);
+            weights[fuse] = std::move(t.weights);
         }
         for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[1][s], losses[0][s], tol * std::fabs(losses[0][s])) << net << " step " << s;
         EXPECT_LT(distance(weights[1], weights[0]), 0.05 * distance(weights[0], initial)) << net;
@@ -569,14 +583,9 @@ TEST(Passes, MovesBetweenLowPrecisionGemmsRunInTheirPrecisionWithTheSameBits) {
         }
         const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {loss}});
         casts[moves_low] = lg.casts;
-        Executor ex(lg, backends, {.seed = 5});
-        data::SyntheticData synth(7);
-        for (int s = 0; s < 3; ++s) {
-            fill_synthetic(ex, model, synth);
-            ex.run_all();
-            losses[moves_low].push_back(ex.f32(loss)[0]);
-        }
-        weights[moves_low] = parameter_values(lg, ex);
+        Trained t = train_steps(lg, backends, model, 5, 7);
+        losses[moves_low] = std::move(t.losses);
+        weights[moves_low] = std::move(t.weights);
     }
     EXPECT_EQ(casts[0] - casts[1], 2u * 8) << "per layer a cast after each of the 8 moves between GEMMs";
     EXPECT_EQ(losses[1], losses[0]);
@@ -617,14 +626,9 @@ TEST(Passes, FoldsCastsIntoNodesThatRoundAsTheyStore) {
             } else {
                 EXPECT_EQ(lg.folded_casts, 0u);
             }
-            Executor ex(lg, backends, {.seed = 5});
-            data::SyntheticData synth(4);
-            for (int s = 0; s < 3; ++s) {
-                fill_synthetic(ex, model, synth);
-                ex.run_all();
-                losses[fold].push_back(ex.f32(loss)[0]);
-            }
-            weights[fold] = parameter_values(lg, ex);
+            Trained t = train_steps(lg, backends, model, 5, 4);
+            losses[fold] = std::move(t.losses);
+            weights[fold] = std::move(t.weights);
         }
         EXPECT_EQ(losses[1], losses[0]) << net;
         EXPECT_EQ(weights[1], weights[0]) << net;

@@ -69,14 +69,21 @@ ActBackwardLoop<T> act_backward_loop(bool sum, bool six) {
 // Whether a loop of this file can run the node: it computes in its output's dtype (f32 or bf16) and reads
 // every input in that dtype and storage (a plan casts and reorders before; a summed backward always does,
 // Graph::infer matched a and b, and its Y as compute_input would).
+// Whether every input is stored in its output's element order (layout, blocking, shape), whatever its dtype.
+bool inputs_in_output_order(const KernelArgs& a) {
+    const TensorDesc& out = a.out_desc(0);
+    for (size_t i = 0; i < a.node.inputs.size(); ++i) {
+        const TensorDesc& t = a.in_desc(i);
+        if (t.layout != out.layout || t.blocking != out.blocking || t.shape != out.shape) return false;
+    }
+    return true;
+}
 bool same_storage_loop(const KernelArgs& a) {
     const TensorDesc& out = a.out_desc(0);
     if ((out.dtype != DType::F32 && out.dtype != DType::BF16) || compute_type(a.node.compute) != dnnl_type(out.dtype)) return false;
-    for (size_t i = 0; i < a.node.inputs.size(); ++i) {
-        const TensorDesc& t = a.in_desc(i);
-        if (t.dtype != out.dtype || t.layout != out.layout || t.blocking != out.blocking || t.shape != out.shape) return false;
-    }
-    return true;
+    for (size_t i = 0; i < a.node.inputs.size(); ++i)
+        if (a.in_desc(i).dtype != out.dtype) return false;
+    return inputs_in_output_order(a);
 }
 bool act_backward_by_loop(const KernelArgs& a) {
     return (a.node.kind == OpKind::ReluBackward || a.node.kind == OpKind::Relu6Backward) && same_storage_loop(a);
@@ -176,9 +183,7 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
     if (a.node.kind == OpKind::Gelu || a.node.kind == OpKind::GeluBackward) {
         if (same_storage_loop(a)) return a.out_desc(0).dtype == DType::BF16 ? gelu_loop<uint16_t, uint16_t>(a) : gelu_loop<float, float>(a);
         if (a.out_desc(0).dtype == DType::BF16 && a.node.compute == DType::F32) {  // f32 inputs (check_dtypes), rounded as stored
-            for (size_t i = 0; i < a.node.inputs.size(); ++i)
-                JOULE_ASSERT(a.in_desc(i).layout == a.out_desc(0).layout && a.in_desc(i).blocking == a.out_desc(0).blocking,
-                             "op '" + a.node.name + "': a GELU storing bf16 reads its output's storage order");
+            JOULE_ASSERT(inputs_in_output_order(a), "op '" + a.node.name + "': a GELU storing bf16 reads its output's storage order");
             return gelu_loop<float, uint16_t>(a);
         }
     }
