@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vec.hpp"
 #include "graph/bf16.hpp"
 
 namespace joule::cpu {
@@ -92,40 +93,6 @@ private:
 // wrappers) and for the baseline, and picked at run time (kHasV4). Channel sums end in double, per thread,
 // added up after; forward's are shifted by the channel's first element (robust one-pass variance).
 
-// The vector helpers are always inlined into the loops: no v16 crosses a call, so GCC's note that passing
-// 64-byte vectors without AVX-512 changes the ABI does not apply (GCC reports it at the end of the file,
-// hence no pop).
-#pragma GCC diagnostic ignored "-Wpsabi"
-#define JOULE_INLINE inline __attribute__((always_inline))
-// The loops' x86-64-v4 builds (JOULE_V4: the *_v4 wrappers), called where the CPU has it (kHasV4).
-#if defined(__x86_64__)
-#define JOULE_V4 __attribute__((target("arch=x86-64-v4")))
-const bool kHasV4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));  // init: this runs among the constructors
-#else
-#define JOULE_V4
-const bool kHasV4 = false;
-#endif
-constexpr int64_t kLanes = 16;
-typedef float v16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-JOULE_INLINE v16 ld16(const float* p) {
-    v16 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-JOULE_INLINE v16 ld16(const uint16_t* p) {
-    u16x16 h;
-    std::memcpy(&h, p, sizeof h);
-    return v16(__builtin_convertvector(h, u32x16) << 16);
-}
-JOULE_INLINE void st16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
-JOULE_INLINE void st16(uint16_t* p, v16 v) {  // f32_to_bf16 on each lane: round to nearest even, NaN kept quiet
-    const u32x16 u = u32x16(v), rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const u16x16 h = __builtin_convertvector(v != v ? (u >> 16) | 0x40u : rounded, u16x16);
-    std::memcpy(p, &h, sizeof h);
-}
-JOULE_INLINE v16 splat(float x) { return v16{} + x; }
 
 // The fused activation's ceiling: ReLU6 6, ReLU none. act(v) = min(max(v, 0), hi); its gradient from its
 // output y is dy where 0 < y < hi (zero at both ends, as PyTorch's), else 0.

@@ -1,0 +1,53 @@
+// Internal to backend/cpu: 16-lane f32 vectors (GCC's vector extension) over f32 or bf16 storage, for the
+// loops of joule's own that are vectorised by hand (norm.cpp). Such a loop is compiled
+// twice: a JOULE_V4 function (AVX-512) called where the CPU has it (kHasV4), and a plain loop otherwise.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace joule::cpu {
+
+// The vector helpers are always inlined into the loops: no v16 crosses a call, so GCC's note that passing
+// 64-byte vectors without AVX-512 changes the ABI does not apply (GCC reports it at the end of the
+// including file, hence no pop).
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define JOULE_INLINE inline __attribute__((always_inline))
+// The loops' x86-64-v4 builds (JOULE_V4: the *_v4 wrappers), called where the CPU has it (kHasV4).
+#if defined(__x86_64__)
+#define JOULE_V4 __attribute__((target("arch=x86-64-v4")))
+inline const bool kHasV4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));  // init: this runs among the constructors
+#else
+#define JOULE_V4
+inline const bool kHasV4 = false;
+#endif
+constexpr int64_t kLanes = 16;
+typedef float v16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+JOULE_INLINE v16 ld16(const float* p) {
+    v16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+JOULE_INLINE v16 ld16(const uint16_t* p) {
+    u16x16 h;
+    std::memcpy(&h, p, sizeof h);
+    return v16(__builtin_convertvector(h, u32x16) << 16);
+}
+JOULE_INLINE void st16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
+JOULE_INLINE void st16(uint16_t* p, v16 v) {  // f32_to_bf16 on each lane: round to nearest even, NaN kept quiet
+    const u32x16 u = u32x16(v), rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const u16x16 h = __builtin_convertvector(v != v ? (u >> 16) | 0x40u : rounded, u16x16);
+    std::memcpy(p, &h, sizeof h);
+}
+JOULE_INLINE v16 splat(float x) { return v16{} + x; }
+
+// The sum of a vector's lanes.
+JOULE_INLINE float hsum(v16 v) {
+    float s = 0;
+    for (int j = 0; j < kLanes; ++j) s += v[j];
+    return s;
+}
+
+}  // namespace joule::cpu
