@@ -169,6 +169,14 @@ std::vector<Case> make_cases() {
 
     add_linear_cases(cs, "bias", {5, 7}, {4, 7}, true);
     add_linear_cases(cs, "rank3_nobias", {2, 3, 7}, {5, 7}, false);
+    // the cpu backend's own loops for a few rows (backend/cpu/linear_rows.cpp): whole vectors and a tail, rows
+    // of the weight past the last whole block, one row and the most rows; a weight gradient too large for the
+    // caches (written with non-temporal stores); past the most rows, oneDNN again
+    add_linear_cases(cs, "rows3_bias", {3, 37}, {21, 37}, true);
+    add_linear_cases(cs, "rows1", {1, 64}, {9, 64}, false);
+    add_linear_cases(cs, "rows4_bias", {2, 2, 50}, {6, 50}, true);
+    add_linear_cases(cs, "rows2_large_gradient", {2, 1024}, {2100, 1024}, true);
+    add_linear_cases(cs, "rows5_onednn", {5, 40}, {5, 40}, true);
 
     auto matmul = [&](const std::string& tag, Shape a, Shape b, MatMulAttrs at) {
         for (OperandMask keep : {OperandMask(0), OperandMask(0b1)})

@@ -143,6 +143,10 @@ private:
 std::unique_ptr<Kernel> make_conv(const KernelArgs& a);
 LayoutWishes conv_layout_wishes(const Graph& g, NodeId n);  // CpuBackend::layout_wishes of a convolution node
 std::unique_ptr<Kernel> make_linear(const KernelArgs& a);
+// A Linear node (forward, backward-data or -weights) over at most kFewRows rows as loops of joule's own
+// (linear_rows.cpp), or null where they do not apply (more rows, a blocked weight, no AVX-512, mixed dtypes).
+constexpr int64_t kFewRows = 4;
+std::unique_ptr<Kernel> make_linear_rows(const KernelArgs& a);
 std::unique_ptr<Kernel> make_matmul(const KernelArgs& a);
 std::unique_ptr<Kernel> make_norm(const KernelArgs& a);
 std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a);

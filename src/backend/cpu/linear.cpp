@@ -31,6 +31,7 @@ std::string linear_key(bool bias, const TensorDesc& x, const TensorDesc& w, dt t
 }  // namespace
 
 std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
+    if (auto rows = make_linear_rows(a)) return rows;
     const bool bias = attrs_as<LinearAttrs>(a.node).bias;
     const dt type = compute_type(a.node.compute);
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);

@@ -1,5 +1,5 @@
 // Internal to backend/cpu: 16-lane f32 vectors (GCC's vector extension) over f32 or bf16 storage, for the
-// loops of joule's own that are vectorised by hand (norm.cpp). Such a loop is compiled
+// loops of joule's own that are vectorised by hand (norm.cpp, linear_rows.cpp). Such a loop is compiled
 // twice: a JOULE_V4 function (AVX-512) called where the CPU has it (kHasV4), and a plain loop otherwise.
 #pragma once
 
