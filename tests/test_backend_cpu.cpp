@@ -13,6 +13,7 @@
 #include <random>
 
 #include "backend/cpu/cores.hpp"
+#include "backend/cpu/kernels.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "graph/autodiff.hpp"
 #include "graph/bf16.hpp"
@@ -260,8 +261,13 @@ TEST(CpuForward, DropoutMaskAndEval) {
 // values where rounding is delicate (ties to even, NaN, infinities, signed zeros, the largest finite floats),
 // on two threads with chunks that split a vector; bf16 -> f32 gives back exactly what was stored. The one
 // difference: subnormal floats, which oneDNN's AVX512-BF16 conversion flushes to zero and bf16.hpp (the
-// reference backend's rounding too) rounds.
-TEST(CpuBackend, DtypeCastRoundsAsOneDnn) {
+// reference backend's rounding too) rounds. Both loops: an activation's, and a parameter's copy larger than
+// the caches (kStreamBytes: non-temporal stores, an unaligned head and a tail).
+class DtypeCast : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(CpuBackend, DtypeCast, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "LargeParameter" : "Activation"; });
+TEST_P(DtypeCast, RoundsAsOneDnn) {
+    const bool parameter = GetParam();
     std::vector<float> v = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, -1.00390625f, 3.0e38f, -3.4028235e38f, 1e-40f, -1e-45f,
                             std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
@@ -271,10 +277,11 @@ TEST(CpuBackend, DtypeCastRoundsAsOneDnn) {
     std::uniform_int_distribution<uint32_t> bits;
     // every exponent; an odd count, and enough (240 kB each way) that the casts are not small nodes but split
     // between the two threads
-    while (v.size() < 40001) v.push_back(std::bit_cast<float>(bits(rng)));
+    const size_t count = parameter ? size_t(cpu::kStreamBytes / 2 + 4099) : 40001;
+    while (v.size() < count) v.push_back(std::bit_cast<float>(bits(rng)));
     const int64_t n = int64_t(v.size());
     OpRun r;
-    const TensorId x = r.g.input("x", {{n}});
+    const TensorId x = parameter ? r.g.parameter("x", {{n}, DType::F32, Layout::Plain}, Init::zeros()) : r.g.input("x", {{n}});
     const TensorId h = r.g.add1(OpKind::Cast, CastAttrs{DType::BF16}, {x}, "to_bf16");
     const TensorId y = r.g.add1(OpKind::Cast, CastAttrs{DType::F32}, {h}, "to_f32");
     r.start({h, y});

@@ -1,11 +1,14 @@
 // The plan's Cast (a oneDNN reorder between two layouts, or a layout and a dtype; a loop of joule's own
 // for a dtype change alone) and Transfer (the cpu backend shares host memory with every device that really
 // runs here, so a transfer into it is a copy).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vec.hpp"
 #include "graph/bf16.hpp"
 
 namespace joule::cpu {
@@ -17,6 +20,17 @@ namespace {
 JOULE_X86_64_V4_CLONE void to_bf16(const float* __restrict x, uint16_t* __restrict y, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = f32_to_bf16(x[i]);
 }
+#if defined(__x86_64__)
+// to_bf16 into an output larger than the caches (kStreamBytes): the same rounding, 16 lanes at a time,
+// written with non-temporal stores.
+JOULE_V4 void to_bf16_streaming_v4(const float* __restrict x, uint16_t* __restrict y, int64_t begin, int64_t end) {
+    int64_t i = begin;
+    for (; i < end && reinterpret_cast<uintptr_t>(y + i) % 32 != 0; ++i) y[i] = f32_to_bf16(x[i]);
+    for (; i + kLanes <= end; i += kLanes) _mm256_stream_si256(reinterpret_cast<__m256i*>(y + i), (__m256i)to_bf16x16(ld16(x + i)));
+    for (; i < end; ++i) y[i] = f32_to_bf16(x[i]);
+    _mm_sfence();
+}
+#endif
 JOULE_X86_64_V4_CLONE void from_bf16(const uint16_t* __restrict x, float* __restrict y, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = bf16_to_f32(x[i]);
 }
@@ -103,6 +117,15 @@ std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
         const int64_t n = x.storage_numel();
         const void* src = a.in[0];
         void* dst = a.out[0];
+#if defined(__x86_64__)
+        // a parameter's low-precision copy: written whole, and read only when its layer's turn comes
+        // (activations stay in the caches for the node that reads them next)
+        const bool parameter = a.g.tensor(a.node.inputs[0]).role == TensorRole::Parameter;
+        if (x.dtype == DType::F32 && parameter && kHasV4 && n * 2 > kStreamBytes)
+            return std::make_unique<FunctionKernel>([=](const RunContext&) {
+                parallel_chunks(n, [&](int64_t b, int64_t e) { to_bf16_streaming_v4(static_cast<const float*>(src), static_cast<uint16_t*>(dst), b, e); });
+            });
+#endif
         if (x.dtype == DType::F32)
             return std::make_unique<FunctionKernel>([=](const RunContext&) {
                 parallel_chunks(n, [&](int64_t b, int64_t e) { to_bf16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), b, e); });

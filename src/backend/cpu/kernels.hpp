@@ -143,6 +143,9 @@ private:
 std::unique_ptr<Kernel> make_conv(const KernelArgs& a);
 LayoutWishes conv_layout_wishes(const Graph& g, NodeId n);  // CpuBackend::layout_wishes of a convolution node
 std::unique_ptr<Kernel> make_linear(const KernelArgs& a);
+// An output larger than this (the chip's caches) is worth writing with non-temporal stores where a loop of
+// joule's own writes it whole: no read for ownership of lines that are all overwritten.
+constexpr int64_t kStreamBytes = int64_t(2) << 20;
 // A Linear node (forward, backward-data or -weights) over at most kFewRows rows as loops of joule's own
 // (linear_rows.cpp), or null where they do not apply (more rows, a blocked weight, no AVX-512, mixed dtypes).
 constexpr int64_t kFewRows = 4;

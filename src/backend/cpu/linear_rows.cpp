@@ -123,9 +123,6 @@ JOULE_V4 void backward_data_v4(const float* dy, const T* w, Y* dx, float* sums, 
         }
 }
 
-// A weight gradient larger than this (the chip's caches) is written past them.
-constexpr int64_t kStreamBytes = int64_t(8) << 20;
-
 // Backward-weights, weight rows [n0, n1): dw[n, k] = sum_m dy[m, n] x[m, k], db[n] = sum_m dy[m, n]. R rows
 // at a time share the loads of x; `stream`: non-temporal stores (dw 64-byte aligned, K a multiple of 16).
 template <int M, int R, class Y>

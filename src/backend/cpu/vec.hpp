@@ -1,5 +1,5 @@
 // Internal to backend/cpu: 16-lane f32 vectors (GCC's vector extension) over f32 or bf16 storage, for the
-// loops of joule's own that are vectorised by hand (norm.cpp, linear_rows.cpp). Such a loop is compiled
+// loops of joule's own that are vectorised by hand (norm.cpp, linear_rows.cpp, convert.cpp). Such a loop is compiled
 // twice: a JOULE_V4 function (AVX-512) called where the CPU has it (kHasV4), and a plain loop otherwise.
 #pragma once
 
@@ -36,9 +36,12 @@ JOULE_INLINE v16 ld16(const uint16_t* p) {
     return v16(__builtin_convertvector(h, u32x16) << 16);
 }
 JOULE_INLINE void st16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
-JOULE_INLINE void st16(uint16_t* p, v16 v) {  // f32_to_bf16 on each lane: round to nearest even, NaN kept quiet
+JOULE_INLINE u16x16 to_bf16x16(v16 v) {  // f32_to_bf16 on each lane: round to nearest even, NaN kept quiet
     const u32x16 u = u32x16(v), rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const u16x16 h = __builtin_convertvector(v != v ? (u >> 16) | 0x40u : rounded, u16x16);
+    return __builtin_convertvector(v != v ? (u >> 16) | 0x40u : rounded, u16x16);
+}
+JOULE_INLINE void st16(uint16_t* p, v16 v) {
+    const u16x16 h = to_bf16x16(v);
     std::memcpy(p, &h, sizeof h);
 }
 JOULE_INLINE v16 splat(float x) { return v16{} + x; }
