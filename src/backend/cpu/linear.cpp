@@ -2,7 +2,7 @@
 // primitive (leading dims collapsed to one batch dim, transposes expressed as strides, alpha as an
 // output scale).
 // Linear weights and their gradients stay in their plain [out, in] storage: the inner product runs on
-// them directly (oneDNN's GEMM implementation). Letting oneDNN choose (tag::any) picks a blocked format
+// them directly (oneDNN's GEMM implementation; over 1-4 rows, loops of joule's own: linear_rows.cpp). Letting oneDNN choose (tag::any) picks a blocked format
 // that had to be re-laid-out every step, forward and backward, and the gradient back: for AlexNet b4 and
 // VGG-16 b2 those reorders of the classifier's 38-103 M weights took longer than the layers themselves.
 #include "backend/cpu/kernels.hpp"
