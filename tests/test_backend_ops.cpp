@@ -440,6 +440,26 @@ std::vector<Case> make_cases() {
     Case sgd_scaled = sgd_momentum;
     sgd_scaled.name = "SgdUpdate_momentum_scaled", sgd_scaled.lr_scale = 0.5f, sgd_scaled.grad_scale = 0.2f;
     cs.push_back(sgd_scaled);
+    // updates keeping the parameter's bf16 copy (low_copy: plan/'s fold_casts), which they rewrite as they
+    // update
+    const TensorDesc copy = {{3, 5}, DType::BF16, Layout::Plain};
+    Case sgd_copy{"SgdUpdate_momentum_copy", [=](Graph& g, Fills& f) {
+                      g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, true},
+                            {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "v", plain({3, 5})), input(g, f, "c", copy)}, "sgd");
+                  }, false};
+    sgd_copy.runs = 2;
+    cs.push_back(sgd_copy);
+    cs.push_back({"SgdUpdate_plain_copy", [=](Graph& g, Fills& f) {
+                      g.add(K::SgdUpdate, SgdAttrs{0.05f, 0.0f, 0.0f, true}, {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "c", copy)}, "sgd");
+                  }, false});
+    Case adam_copy{"AdamUpdate_copy", [=](Graph& g, Fills& f) {
+                       g.add(K::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, false, true},
+                             {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "m", plain({3, 5}), {-0.1, 0.1}),
+                              input(g, f, "v", plain({3, 5}), {0, 0.1}), input(g, f, "c", copy)},
+                             "adam");
+                   }, false};
+    adam_copy.runs = 3;
+    cs.push_back(adam_copy);
 
     // plan-implied nodes
     auto cast = [&](const std::string& tag, TensorDesc x, DType to) {

@@ -125,7 +125,8 @@ std::string temp_path(const std::string& name) {
 // Checkpoints: a run killed after step k and resumed from its last checkpoint ends exactly where an
 // uninterrupted run ends (losses and test accuracy bit for bit), also when it was killed while writing a
 // checkpoint (the previous one survives); Adam's step, dropout's masks, gradient accumulation and the
-// synthetic data's generator resume too. Bad checkpoints are clear errors.
+// synthetic data's generator resume too, and a bf16 run's weight copies (rebuilt from the weights). Bad
+// checkpoints are clear errors.
 // Gradient accumulation under a plan that puts layers on another device: micro-batches of 16 give the
 // losses of batch 32 (no BatchNorm in LeNet-5), their gradients' transfers run with each micro-batch.
 TEST(Cli, TrainAccumulatesAcrossDevices) {
@@ -153,6 +154,10 @@ TEST(Cli, TrainCheckpointsAndResumesExactly) {
     };
     for (const Run& run_case : {Run{"train --steps 5 --epochs 2 --threads 1 --quiet --eval-samples 300 --json", 7, 4},
                                 Run{"train --net bert-tiny --dataset synthetic --batch 2 --seq-len 8 --steps 3 --epochs 2 --accumulate 2 --optimizer adamw "
+                                    "--threads 1 --quiet --json",
+                                    4, 4},
+                                // bf16: the updates keep the weights' bf16 copies, which a checkpoint leaves out and a resume rebuilds
+                                Run{"train --net bert-tiny --dataset synthetic --batch 2 --seq-len 8 --steps 3 --epochs 2 --dtype bf16 --optimizer sgd "
                                     "--threads 1 --quiet --json",
                                     4, 4}}) {
         const std::string& flags = run_case.flags;

@@ -154,13 +154,20 @@ TEST(Passes, OneCastPerTensorAndDtypeSharedByAllConsumers) {
             EXPECT_TRUE(names.insert(node.name).second) << "duplicate cast " << node.name;
             EXPECT_NE(g.tensor(node.inputs[0]).desc.dtype, g.tensor(node.outputs[0]).desc.dtype) << node.name;
         }
-        EXPECT_EQ(casts, lg.casts - lg.folded_casts) << "the casts inserted, less those folded into their producers";
+        EXPECT_EQ(casts, lg.casts - lg.folded_casts - lg.update_copies) << "the casts inserted, less those folded into their producers or updates";
         EXPECT_EQ(casts, boundaries.size()) << "every cast is needed, none duplicated";
         EXPECT_GT(casts, 0u);
-        // weights: one cast each, shared by the forward GEMM and the backward-data GEMM
+        // weights: one bf16 copy each, shared by the forward GEMM and the backward-data GEMM; without the
+        // layout pass the copy has the master's layout, so the parameter's update keeps it (fold_casts)
         const auto w = g.find_tensor("cast:layer1.0.conv1.weight:bf16");
         ASSERT_TRUE(w.has_value());
-        EXPECT_EQ(g.consumers(*w).size(), 2u);
+        ASSERT_EQ(g.consumers(*w).size(), 3u);
+        EXPECT_EQ(g.tensor(*w).producer, kNone);
+        EXPECT_EQ(g.tensor(*w).role, TensorRole::State);
+        const Node& update = g.node(g.consumers(*w).back());
+        EXPECT_EQ(update.phase, Phase::Update);
+        EXPECT_EQ(low_copy_input(update), int(update.inputs.size()) - 1);
+        EXPECT_EQ(update.inputs.back(), *w);
     }
     // gemm scope on ResNet-18: per conv / linear layer a weight cast, an input cast and its gradient's casts
     const LoweredGraph gemm = lower(n.train, precision_plan(n.train, DType::BF16, PrecisionScope::Gemm, backends.get("cpu")));
@@ -594,7 +601,8 @@ TEST(Passes, MovesBetweenLowPrecisionGemmsRunInTheirPrecisionWithTheSameBits) {
 
 // In bf16 plans the Cast after a batch-norm backward with its activation's backward folded in (MobileNetV2,
 // ResNet) or after a GELU or its backward (BERT) folds into that node: it stores bf16 as it rounds, the f32
-// tensor is neither written nor stored. The same bits as casting after the fact.
+// tensor is neither written nor stored; and a parameter's cast into its own layout folds into the
+// parameter's update, which writes the bf16 copy for the next step. The same bits as casting after the fact.
 TEST(Passes, FoldsCastsIntoNodesThatRoundAsTheyStore) {
     for (const char* net : {"mobilenet_v2", "bert-tiny"}) {
         const bool bert = std::string(net) == "bert-tiny";
@@ -620,11 +628,23 @@ TEST(Passes, FoldsCastsIntoNodesThatRoundAsTheyStore) {
                 }
             }
             EXPECT_EQ(low, lg.folded_casts) << net;
+            size_t copies = 0, parameter_casts = 0;  // updates keeping a copy; casts of a parameter into its own layout left
+            for (size_t k = 0; k < g.num_nodes(); ++k) {
+                const Node& n = g.node(NodeId(k));
+                copies += low_copy_input(n) >= 0;
+                parameter_casts += n.kind == OpKind::Cast && g.tensor(n.inputs[0]).role == TensorRole::Parameter &&
+                                   g.tensor(n.inputs[0]).desc.layout == g.tensor(n.outputs[0]).desc.layout &&
+                                   g.tensor(n.inputs[0]).desc.blocking == g.tensor(n.outputs[0]).desc.blocking;
+            }
+            EXPECT_EQ(copies, lg.update_copies) << net;
             if (fold == 1) {
                 EXPECT_EQ(cast_after, 0u) << net << ": a foldable cast left";
+                EXPECT_EQ(parameter_casts, 0u) << net << ": a parameter cast left that its update could keep";
                 EXPECT_EQ(lg.folded_casts, bert ? 4u : 35u) << net << (bert ? ": per layer GELU and its backward" : ": every batch norm backward with ReLU6's folded in");
+                EXPECT_EQ(lg.update_copies, bert ? 14u : 15u) << net << (bert ? ": every Linear weight" : ": the depthwise and classifier weights");
             } else {
                 EXPECT_EQ(lg.folded_casts, 0u);
+                EXPECT_EQ(lg.update_copies, 0u);
             }
             Trained t = train_steps(lg, backends, model, 5, 4);
             losses[fold] = std::move(t.losses);

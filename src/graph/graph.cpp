@@ -123,6 +123,7 @@ DType operand_dtype(const Graph& g, NodeId n, TensorId t, bool output, size_t in
     const OpKind kind = g.node(n).kind;
     if (!is_float(d) || kind == OpKind::Transfer) return d;  // a transfer moves the dtype it is given
     if (kind == OpKind::Cast) return output ? compute : d;   // a cast reads its source dtype, writes `compute`
+    if (!output && int(index) == low_copy_input(g.node(n))) return DType::BF16;
     const OpInfo& info = op_info(kind);
     return has_bit(output ? info.f32_outputs : info.f32_inputs, index) ? DType::F32 : compute;
 }
@@ -174,6 +175,18 @@ int64_t Graph::parameter_count() const {
     for (const Tensor& t : tensors_)
         if (t.role == TensorRole::Parameter) n += t.desc.numel();
     return n;
+}
+
+int low_copy_input(const Node& n) {
+    const bool copy = n.kind == OpKind::SgdUpdate ? attrs_as<SgdAttrs>(n).low_copy : n.kind == OpKind::AdamUpdate && attrs_as<AdamAttrs>(n).low_copy;
+    return copy ? int(n.inputs.size()) - 1 : -1;
+}
+
+std::vector<std::pair<TensorId, TensorId>> low_copies(const Graph& g) {
+    std::vector<std::pair<TensorId, TensorId>> out;
+    for (const Node& n : g.nodes())
+        if (const int c = low_copy_input(n); c >= 0) out.push_back({n.inputs[0], n.inputs[size_t(c)]});
+    return out;
 }
 
 std::string shapes_of(const Graph& g, const Node& n) {

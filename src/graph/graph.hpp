@@ -140,6 +140,13 @@ const A& attrs_as(const Node& n) {
     return std::get<A>(n.attrs);
 }
 
+// An optimizer update's input that holds its parameter's bf16 copy (SgdAttrs / AdamAttrs low_copy: the last),
+// or -1: a node that keeps none.
+int low_copy_input(const Node& n);
+// (parameter, its bf16 copy) of every update that keeps one: tensors derived from their parameter, which an
+// executor refreshes after writing parameters from outside (initialisation, a checkpoint).
+std::vector<std::pair<TensorId, TensorId>> low_copies(const Graph& g);
+
 // "f32[8, 3, 224, 224] f32[64, 3, 7, 7] -> f32[8, 64, 112, 112]": a node's operand descriptors (as
 // profiles store them and traces show them).
 std::string shapes_of(const Graph& g, const Node& n);

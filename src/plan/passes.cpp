@@ -409,7 +409,7 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
     });
 }
 
-TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded) {
+TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded, size_t* copies) {
     Graph& g = tg.graph;
     std::vector<bool> kept(g.num_tensors(), false);
     for (TensorId t : keep) kept[size_t(t)] = true;
@@ -431,14 +431,43 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
         into[size_t(p)] = y;
         gone[k] = true;
     }
+    // A parameter's cast into bf16 (same storage order) folds into the parameter's update, which rounds
+    // the updated parameter into the copy as it stores it: the copy becomes state, written at the end of
+    // each step for the next (and by the executor after initialisation or a checkpoint), and no step casts.
+    const size_t into_producers = size_t(std::count(gone.begin(), gone.end(), true));
+    std::vector<TensorId> copy_of_update(g.num_nodes(), kNone);  // per update: the copy it keeps
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& c = g.node(NodeId(k));
+        if (c.kind != OpKind::Cast || gone[k]) continue;
+        const TensorId x = c.inputs[0], y = c.outputs[0];
+        const TensorDesc &dx = g.tensor(x).desc, &dy = g.tensor(y).desc;
+        if (g.tensor(x).role != TensorRole::Parameter || dx.dtype != DType::F32 || dy.dtype != DType::BF16 || dx.layout != dy.layout ||
+            dx.blocking != dy.blocking || !fuses_activations(c.device))
+            continue;
+        for (NodeId u : g.consumers(x)) {
+            const Node& up = g.node(u);
+            if ((up.kind == OpKind::SgdUpdate || up.kind == OpKind::AdamUpdate) && up.inputs[0] == x && up.device == c.device &&
+                low_copy_input(up) < 0 && copy_of_update[size_t(u)] == kNone) {
+                copy_of_update[size_t(u)] = y;
+                gone[k] = true;
+            }
+        }
+    }
     size_t k = 0;  // rebuild() rewrites the nodes in order
-    tg = rebuild(std::move(tg), [&](Node& n, Graph&) {
+    tg = rebuild(std::move(tg), [&](Node& n, Graph& g2) {
         const size_t id = k++;
         if (gone[id]) return false;
         if (into[id] != kNone) n.outputs[0] = into[id];
+        if (const TensorId y = copy_of_update[id]; y != kNone) {
+            n.inputs.push_back(y);
+            if (n.kind == OpKind::SgdUpdate) std::get<SgdAttrs>(n.attrs).low_copy = true;
+            else std::get<AdamAttrs>(n.attrs).low_copy = true;
+            g2.tensor(y).role = TensorRole::State;
+        }
         return true;
     });
-    if (folded) *folded = size_t(std::count(gone.begin(), gone.end(), true));
+    if (folded) *folded = into_producers;
+    if (copies) *copies = size_t(std::count(gone.begin(), gone.end(), true)) - into_producers;
     return tg;
 }
 
@@ -664,7 +693,7 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     if (o.fuse) tg = fuse_activations(std::move(tg), o.keep);
     for (const Node& n : tg.graph.nodes()) lg.fused_backward += n.pre_op != OpKind::Count;
     lg.fused = unfused - tg.graph.num_nodes() - lg.fused_backward;
-    if (o.fuse && o.fold_casts) tg = fold_casts(std::move(tg), o.keep, &lg.folded_casts);
+    if (o.fuse && o.fold_casts) tg = fold_casts(std::move(tg), o.keep, &lg.folded_casts, &lg.update_copies);
     dump("fuse", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {

@@ -38,7 +38,9 @@
 //   fold_casts        (part of the fuse step) a Cast from f32 to bf16, same storage order, folds into the
 //                     node writing its input when that node rounds as it stores (stores_output_low), on a
 //                     device whose backend fuses, and the cast is the input's only reader, not kept: the node
-//                     writes the bf16 tensor itself, the f32 one is neither written nor stored (the same bits)
+//                     writes the bf16 tensor itself, the f32 one is neither written nor stored (the same bits).
+//                     A parameter's such cast folds into the parameter's update on the same device: the copy
+//                     becomes state the update rewrites (low_copy_input), so no step casts the parameter
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -84,6 +86,7 @@ struct LoweredGraph {
     size_t fused = 0;                                                 // activations folded into their producers
     size_t fused_backward = 0;                                        // backward nodes folded into their readers (Node::pre_op)
     size_t folded_casts = 0;                                          // casts folded into the node writing their input
+    size_t update_copies = 0;                                         // parameters' casts folded into their updates (low_copy)
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };
@@ -120,7 +123,8 @@ TrainGraph insert_transfers(TrainGraph tg);
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o);
 TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* reorders = nullptr);
 TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep);
-TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr);
+// folded: casts folded into their producers; copies: parameters' casts folded into their updates
+TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr, size_t* copies = nullptr);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 
 // The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no

@@ -32,7 +32,13 @@ uint64_t fnv1a(const char* p, size_t n, uint64_t h = 0xcbf29ce484222325ULL) {
     return h;
 }
 
-bool saved(TensorRole r) { return r == TensorRole::Parameter || r == TensorRole::State; }
+// Parameters and state, except the bf16 copies updates keep of parameters (derived: refreshed after a read).
+std::vector<bool> saved_tensors(const Graph& g) {
+    std::vector<bool> out(g.num_tensors());
+    for (size_t t = 0; t < g.num_tensors(); ++t) out[t] = g.tensor(TensorId(t)).role == TensorRole::Parameter || g.tensor(TensorId(t)).role == TensorRole::State;
+    for (const auto& [p, c] : low_copies(g)) out[size_t(c)] = false;
+    return out;
+}
 // How a tensor is in the file: a blocked one (plan/'s layout pass, which depends on this CPU) in plain
 // order, so a checkpoint resumes on any machine.
 TensorDesc file_desc(TensorDesc d) {
@@ -68,6 +74,7 @@ void write_checkpoint(const std::string& dir, const Executor& ex, const Checkpoi
     prepare_checkpoint_dir(dir);
     std::error_code ec;
     const Graph& g = ex.graph();
+    const std::vector<bool> saved = saved_tensors(g);
     nlohmann::json header = {{"format", kFormat},
                              {"joule", JOULE_VERSION},
                              {"net", s.net},
@@ -87,7 +94,7 @@ void write_checkpoint(const std::string& dir, const Executor& ex, const Checkpoi
     std::vector<TensorId> tensors;
     for (size_t t = 0; t < g.num_tensors(); ++t) {
         const Tensor& x = g.tensor(TensorId(t));
-        if (!saved(x.role)) continue;
+        if (!saved[t]) continue;
         const TensorDesc d = file_desc(x.desc);
         header["tensors"].push_back({{"name", x.name}, {"desc", desc_str(d)}, {"offset", offset}, {"bytes", d.bytes()}});
         tensors.push_back(TensorId(t));
@@ -182,12 +189,13 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
         same("batch", s.batch, expected.batch), same("accumulate", s.accumulate, expected.accumulate), same("seed", s.seed, expected.seed);
         // the tensor table against this run's graph, and the file's length against the table, before any is read
         const Graph& g = ex.graph();
+        const std::vector<bool> saved = saved_tensors(g);
         std::vector<TensorId> ids;
         uint64_t data_bytes = 0;
         for (const nlohmann::json& t : header.at("tensors")) {
             const std::string name = t.at("name");
             const std::optional<TensorId> found = g.find_tensor(name);
-            if (!found || !saved(g.tensor(*found).role) || t.at("desc").get<std::string>() != desc_str(file_desc(g.tensor(*found).desc)))
+            if (!found || !saved[size_t(*found)] || t.at("desc").get<std::string>() != desc_str(file_desc(g.tensor(*found).desc)))
                 throw Error(bad + ": tensor '" + name + "' " + t.at("desc").get<std::string>() + " is not one of this run's graph" +
                                 (found ? " (here " + desc_str(file_desc(g.tensor(*found).desc)) + ")" : ""),
                             "resume with the flags of the run that wrote it");
@@ -196,8 +204,7 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
             ids.push_back(*found);
             data_bytes += file_desc(g.tensor(*found).desc).bytes();
         }
-        size_t want = 0;
-        for (size_t t = 0; t < g.num_tensors(); ++t) want += saved(g.tensor(TensorId(t)).role);
+        const size_t want = size_t(std::count(saved.begin(), saved.end(), true));
         if (ids.size() != want) throw Error(bad + " holds " + std::to_string(ids.size()) + " parameter and state tensors, this run's graph has " + std::to_string(want));
         if (size != sizeof kMagic + sizeof h_size + h_size + data_bytes + sizeof sum) throw Error(bad + " is corrupt or truncated (its length is not its table's)");
         // straight into the executor's buffers; a checksum mismatch ends the run (the executor is not used after it)
@@ -213,6 +220,7 @@ CheckpointState read_checkpoint(const std::string& dir, Executor& ex, const Chec
         uint64_t stored = 0;
         in.read(reinterpret_cast<char*>(&stored), sizeof stored);
         if (!in || stored != sum) throw Error(bad + " is corrupt or truncated (checksum mismatch)", "resume from an intact checkpoint");
+        ex.refresh_low_copies();
     } catch (const nlohmann::json::exception& e) {
         throw Error(bad + " is corrupt (its header lacks a field: " + e.what() + ")");
     }

@@ -99,9 +99,11 @@ void Executor::setup(const MemoryPlan& mp, const std::vector<Backend*>& backend_
 
 void Executor::initialise(uint64_t seed) {
     std::mt19937_64 rng(seed);
+    std::vector<bool> copy(g_.num_tensors(), false);  // the parameters' bf16 copies: refreshed last
+    for (const auto& [p, c] : low_copies(g_)) copy[size_t(c)] = true;
     for (size_t t = 0; t < g_.num_tensors(); ++t) {
         const Tensor& tt = g_.tensor(TensorId(t));
-        if (tt.role != TensorRole::Parameter && tt.role != TensorRole::State && tt.role != TensorRole::Constant) continue;
+        if ((tt.role != TensorRole::Parameter && tt.role != TensorRole::State && tt.role != TensorRole::Constant) || copy[t]) continue;
         const int64_t n = tt.desc.numel();
         if (tt.desc.dtype == DType::I32) {
             int32_t* q = static_cast<int32_t*>(ptr_[t]);
@@ -138,6 +140,16 @@ void Executor::initialise(uint64_t seed) {
             case Init::Kind::Position: throw InternalError("position init on a float tensor " + tt.name);
         }
         if (!plain.empty()) from_plain(tt.desc, plain.data(), ptr_[t]);
+    }
+    refresh_low_copies();
+}
+
+void Executor::refresh_low_copies() {
+    for (const auto& [p, c] : low_copies(g_)) {
+        const float* from = static_cast<const float*>(ptr_[size_t(p)]);
+        uint16_t* to = static_cast<uint16_t*>(ptr_[size_t(c)]);
+        const int64_t n = g_.tensor(p).desc.storage_numel();  // the same layout (the update's shape rule)
+        for (int64_t i = 0; i < n; ++i) to[i] = f32_to_bf16(from[i]);
     }
 }
 

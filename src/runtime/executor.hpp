@@ -58,6 +58,9 @@ public:
     void* data(TensorId t) { return ptr_[size_t(t)]; }
     const void* data(TensorId t) const { return ptr_[size_t(t)]; }
     std::vector<float> read_f32(TensorId t) const;  // any floating-point tensor, widened to f32, in logical order
+    // Rewrites every parameter's bf16 copy that an update keeps (graph low_copies) from the parameter: after
+    // the parameters were written from outside (initialisation does it; a checkpoint read calls it).
+    void refresh_low_copies();
 
     const Graph& graph() const { return g_; }
     // Devices in first-use order; node n ran on devices()[node_device()[n]].

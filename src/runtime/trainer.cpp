@@ -339,7 +339,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainPro
         if (start_step == steps_per_epoch) ++start_epoch, start_step = 0, start_loss_sum = 0;  // written at an epoch's end: the next one
         r.resumed_at_step = c.steps_done, r.first_epoch = start_epoch;
     }
-    // every process starts from rank 0's parameters and optimizer state (initialised or resumed)
+    // every process starts from rank 0's parameters and optimizer state (initialised or resumed; the bf16
+    // copies updates keep of parameters are state too, and match rank 0's parameters)
     if (ranks > 1)
         for (size_t t = 0; t < tg.graph.num_tensors(); ++t) {
             const Tensor& x = tg.graph.tensor(TensorId(t));
