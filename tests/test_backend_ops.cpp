@@ -452,6 +452,12 @@ std::vector<Case> make_cases() {
     cs.push_back({"SgdUpdate_plain_copy", [=](Graph& g, Fills& f) {
                       g.add(K::SgdUpdate, SgdAttrs{0.05f, 0.0f, 0.0f, true}, {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "c", copy)}, "sgd");
                   }, false});
+    // ... in blocks, a copy past the caches written with non-temporal stores (kStreamBytes), split between threads
+    const TensorDesc large = plain({1050, 1001}), large_copy = {{1050, 1001}, DType::BF16, Layout::Plain};
+    cs.push_back({"SgdUpdate_momentum_copy_large", [=](Graph& g, Fills& f) {
+                      g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, true},
+                            {input(g, f, "p", large), input(g, f, "g", large), input(g, f, "v", large), input(g, f, "c", large_copy)}, "sgd");
+                  }, false});
     Case adam_copy{"AdamUpdate_copy", [=](Graph& g, Fills& f) {
                        g.add(K::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, false, true},
                              {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "m", plain({3, 5}), {-0.1, 0.1}),

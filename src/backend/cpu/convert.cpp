@@ -109,6 +109,13 @@ JOULE_X86_64_V4_CLONE void cast_pairs_of_a(const WeightTileCast& c, const float*
 }
 }  // namespace
 
+void to_bf16(const float* x, uint16_t* y, int64_t begin, int64_t end, bool stream) {
+#if defined(__x86_64__)
+    if (stream && kHasV4) return to_bf16_streaming_v4(x, y, begin, end);
+#endif
+    to_bf16(x, y, begin, end);
+}
+
 std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
     const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
     if (x.layout == y.layout && x.blocking == y.blocking && x.shape == y.shape &&
@@ -117,19 +124,14 @@ std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
         const int64_t n = x.storage_numel();
         const void* src = a.in[0];
         void* dst = a.out[0];
-#if defined(__x86_64__)
-        // a parameter's low-precision copy: written whole, and read only when its layer's turn comes
-        // (activations stay in the caches for the node that reads them next)
-        const bool parameter = a.g.tensor(a.node.inputs[0]).role == TensorRole::Parameter;
-        if (x.dtype == DType::F32 && parameter && kHasV4 && n * 2 > kStreamBytes)
+        if (x.dtype == DType::F32) {
+            // a parameter's low-precision copy: written whole, and read only when its layer's turn comes
+            // (activations stay in the caches for the node that reads them next)
+            const bool stream = a.g.tensor(a.node.inputs[0]).role == TensorRole::Parameter && n * 2 > kStreamBytes;
             return std::make_unique<FunctionKernel>([=](const RunContext&) {
-                parallel_chunks(n, [&](int64_t b, int64_t e) { to_bf16_streaming_v4(static_cast<const float*>(src), static_cast<uint16_t*>(dst), b, e); });
+                parallel_chunks(n, [&](int64_t b, int64_t e) { to_bf16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), b, e, stream); });
             });
-#endif
-        if (x.dtype == DType::F32)
-            return std::make_unique<FunctionKernel>([=](const RunContext&) {
-                parallel_chunks(n, [&](int64_t b, int64_t e) { to_bf16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), b, e); });
-            });
+        }
         return std::make_unique<FunctionKernel>([=](const RunContext&) {
             parallel_chunks(n, [&](int64_t b, int64_t e) { from_bf16(static_cast<const uint16_t*>(src), static_cast<float*>(dst), b, e); });
         });
