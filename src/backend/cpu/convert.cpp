@@ -31,9 +31,6 @@ JOULE_V4 void to_bf16_streaming_v4(const float* __restrict x, uint16_t* __restri
     _mm_sfence();
 }
 #endif
-JOULE_X86_64_V4_CLONE void from_bf16(const uint16_t* __restrict x, float* __restrict y, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = bf16_to_f32(x[i]);
-}
 
 // A convolution weight's f32 master (oneDNN's ABcd16b16a: 16 x 16 tiles, out-channel a innermost) cast into
 // the bf16 formats oneDNN's bf16 convolutions take, where oneDNN 2.6's reorder ran at ~16 GB/s (ResNet-50 b1:
@@ -108,6 +105,10 @@ JOULE_X86_64_V4_CLONE void cast_pairs_of_a(const WeightTileCast& c, const float*
     }
 }
 }  // namespace
+
+JOULE_X86_64_V4_CLONE void from_bf16(const uint16_t* __restrict x, float* __restrict y, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = bf16_to_f32(x[i]);
+}
 
 void to_bf16(const float* x, uint16_t* y, int64_t begin, int64_t end, bool stream) {
 #if defined(__x86_64__)

@@ -149,6 +149,8 @@ constexpr int64_t kStreamBytes = int64_t(2) << 20;
 // y[i] = x[i] rounded to bf16 (graph/bf16.hpp) for i in [begin, end), vectorised; `stream`: with
 // non-temporal stores where the CPU has AVX-512 (an output larger than kStreamBytes).
 void to_bf16(const float* x, uint16_t* y, int64_t begin, int64_t end, bool stream);
+// y[i] = x[i] widened to f32 for i in [begin, end), vectorised.
+void from_bf16(const uint16_t* x, float* y, int64_t begin, int64_t end);
 // A Linear node (forward, backward-data or -weights) over at most kFewRows rows as loops of joule's own
 // (linear_rows.cpp), or null where they do not apply (more rows, a blocked weight, no AVX-512, mixed dtypes).
 constexpr int64_t kFewRows = 4;

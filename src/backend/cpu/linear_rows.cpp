@@ -39,7 +39,7 @@ inline float apply(float v, Clamp c) { return v < c.lo ? c.lo : v > c.hi ? c.hi 
 // Operand `p` ([rows, cols]) as f32: itself, or bf16 converted into `scratch`.
 const float* as_f32(const float* p, int64_t, float*) { return p; }
 const float* as_f32(const uint16_t* p, int64_t n, float* scratch) {
-    for (int64_t i = 0; i < n; ++i) scratch[i] = bf16_to_f32(p[i]);
+    from_bf16(p, scratch, 0, n);
     return scratch;
 }
 
