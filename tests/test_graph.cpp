@@ -48,6 +48,21 @@ TEST(ShapeInference, Rejections) {
     expect_error([&] { g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{}, {w(g, "z", {2, 5}), labels}, "loss"); }, "labels must be i32[2]");
 }
 
+// An update keeping its parameter's bf16 copy (low_copy, plan/'s fold_casts): the copy is its last input, bf16
+// in the parameter's layout; anything else names the op and what is wrong.
+TEST(ShapeInference, UpdateCopyIsBf16InTheParametersLayout) {
+    Graph g;
+    const TensorDesc f32 = {{4, 3}, DType::F32, Layout::Plain}, bf16 = {{4, 3}, DType::BF16, Layout::Plain};
+    const TensorId p = g.input("p", f32), grad = g.input("g", f32), v = g.input("v", f32), c = g.input("c", bf16);
+    g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, true}, {p, grad, v, c}, "sgd");
+    EXPECT_EQ(low_copy_input(g.node(0)), 3) << "the copy is the last input";
+    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, true}, {p, grad, v, g.input("c32", f32)}, "sgd32"); },
+                 "op 'sgd32' (SgdUpdate): the parameter's low-precision copy (the last input) must be bf16 in the parameter's layout");
+    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, true}, {p, grad, v}, "missing"); }, "then the parameter's bf16 copy");
+    expect_error([&] { g.add(OpKind::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, false, true}, {p, grad, v, v, g.input("c2", {{4, 2}, DType::BF16, Layout::Plain})}, "adam"); },
+                 "differs from parameter");
+}
+
 TEST(ShapeInference, ConvOutputShapes) {
     Graph g;
     const TensorId x = img(g, {2, 8, 15, 15});
