@@ -75,9 +75,12 @@ public:
 };
 
 // The storage layouts a backend's kernels want for a node's operands, per input and per output (nullopt:
-// no wish, any layout the node's kernels read); plan/'s layout pass asks (registry.hpp: layout_wishes).
+// no wish: the layout the tensor has before the pass), and the inputs its kernels read in whatever layout
+// they are stored (no reorder before them, no say in a parameter's layout); plan/'s layout pass asks
+// (registry.hpp: layout_wishes).
 struct LayoutWishes {
     std::vector<std::optional<TensorDesc>> inputs, outputs;
+    OperandMask any_inputs = 0;
     static LayoutWishes none(const Node& n) {  // one empty wish per operand
         return {std::vector<std::optional<TensorDesc>>(n.inputs.size()), std::vector<std::optional<TensorDesc>>(n.outputs.size())};
     }

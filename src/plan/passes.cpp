@@ -249,7 +249,8 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
     //    its casts' readers' (bf16 compute copies) and its gradient producer's (ties: the first, the forward's).
     //    A use through a cast counts half: the cast is a pass over the tensor anyway, and a reorder there is
     //    folded into it, where any other use in another layout costs a pass of its own (a mixed-precision
-    //    plan's f32 master weights thus take the f32 gradient's layout, not the bf16 copies').
+    //    plan's f32 master weights thus take the f32 gradient's layout, not the bf16 copies'). A reader that
+    //    reads any layout (LayoutWishes::any_inputs) has no say.
     //    Only when its gradient feeds the update alone (no all-reduce bucket, no cast) on the update's device.
     for (size_t k = 0; k < nn; ++k) {
         const Node& u = g.node(NodeId(k));
@@ -264,7 +265,7 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
             const Node& reader = g.node(r);
             if (r == NodeId(k)) continue;
             for (size_t i = 0; i < reader.inputs.size(); ++i) {
-                if (reader.inputs[i] != p) continue;
+                if (reader.inputs[i] != p || has_bit(wish[size_t(r)].any_inputs, i)) continue;
                 if (!plain_cast(reader) || reader.device != u.device) {
                     wants.emplace_back(wanted(r, i, p), 2);
                     continue;
@@ -272,7 +273,7 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
                 const TensorId copy = reader.outputs[0];
                 for (NodeId r2 : g.consumers(copy))
                     for (size_t j = 0; j < g.node(r2).inputs.size(); ++j)
-                        if (g.node(r2).inputs[j] == copy) wants.emplace_back(wanted(r2, j, copy), 1);
+                        if (g.node(r2).inputs[j] == copy && !has_bit(wish[size_t(r2)].any_inputs, j)) wants.emplace_back(wanted(r2, j, copy), 1);
             }
         }
         const Node& producer = g.node(gp);
@@ -313,7 +314,7 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
         for (size_t i = 0; i < n.inputs.size(); ++i) {
             const TensorId t = n.inputs[i];
             const TensorDesc& have = g2.tensor(t).desc;
-            if (plain_cast(n)) continue;  // it reads any layout
+            if (plain_cast(n) || has_bit(wish[id].any_inputs, i)) continue;  // it reads any layout
             const TensorDesc want = is_update(n.kind) ? g2.tensor(n.inputs[0]).desc : wanted(NodeId(id), i, t);
             if (same_layout(have, want)) continue;
             if (has_bit(op_info(n.kind).inplace, i))

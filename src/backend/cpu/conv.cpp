@@ -1,4 +1,5 @@
-// Conv2d forward, backward-data and backward-weights on oneDNN convolution primitives.
+// Conv2d forward, backward-data and backward-weights on oneDNN convolution primitives (a forward with fewer
+// output channels than a vector holds: conv_small.cpp).
 // Activations stay in their storage layout (nhwc for image tensors). Weights and weight gradients stored
 // in a blocked layout (plan/'s layout pass asks layout_wishes() which) are the primitive's own; plain
 // ones (a graph lowered without that pass) are reordered into the preferred format inside the kernel.
@@ -140,6 +141,10 @@ LayoutWishes conv_layout_wishes(const Graph& g, NodeId id) {
     const dt type = compute_type(n.compute);
     const engine& eng = wish_engine();
     auto desc = [&](TensorId t) { return g.tensor(t).desc; };
+    if (n.kind == OpKind::Conv2d && conv_small_applies(n, desc(n.inputs[0]), desc(n.inputs[1]), desc(n.outputs[0]))) {
+        w.any_inputs = 0b10;  // joule's loop reads the weight in any layout
+        return w;
+    }
     if (n.kind == OpKind::Conv2d) {
         const ConvShapes s = unblocked({desc(n.inputs[0]), desc(n.inputs[1]), desc(n.outputs[0])});
         w.inputs[1] = blocked_as(s.w, forward_pd(eng, at, s, type).weights_desc());
@@ -154,6 +159,7 @@ LayoutWishes conv_layout_wishes(const Graph& g, NodeId id) {
 }
 
 std::unique_ptr<Kernel> make_conv(const KernelArgs& a) {
+    if (auto k = make_conv_small(a)) return k;
     const auto& at = attrs_as<ConvAttrs>(a.node);
     const dt type = compute_type(a.node.compute);
     switch (a.node.kind) {

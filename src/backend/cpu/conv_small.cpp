@@ -1,0 +1,364 @@
+// A convolution's forward whose output channels do not fill a vector (LeNet-5's conv1, 1 -> 6 channels), as
+// a loop of joule's own. In nhwc an AVX-512 vector holds 16 channels, so oneDNN 2.6 leaves most lanes idle
+// there (ONEDNN_VERBOSE, LeNet-5 b64 f32: conv1's forward at ~45 GFLOP/s, the f32 GEMM peak ~375). This loop
+// vectorises over image columns instead: each image band is copied once into planar f32 scratch (a
+// channel's rows side by side, zero padding around them, so a tap (kh, kw) is one unaligned load of 16
+// columns; nhwc pixels de-interleaved 16 at a time with vpermt2ps), then out[o][r][w..w+16) += wt[c][kh][kw][o]
+// x[c][r+kh][w+kw..] with OB output channels x NV column vectors in registers and the weight a broadcast,
+// rows of zero padding skipped, bias and the fused ReLU / ReLU6 applied in registers, and each output row
+// interleaved back into the tensor's layout. Stride 1, no dilation, one group, f32 arithmetic over f32 or
+// bf16 storage, x86-64-v4 only; elsewhere oneDNN runs it (conv_small_applies). The weight is read in
+// whatever layout it is stored (a blocked one through its offsets).
+// Tried and left on oneDNN, measured (LeNet-5 b64 f32, node times, same run): the backward-data as this
+// forward over dY padded by K - 1 - pad (conv2's, 16 -> 6 channels: 0.94-1.0x oneDNN; the padding's zeros
+// are multiplied too), and the backward-weights as column-vector sums over planar dY and x (conv1's: 0.95x;
+// de-interleaving dY costs as much as the products).
+#include <immintrin.h>
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vec.hpp"
+
+namespace joule::cpu {
+
+namespace {
+constexpr int64_t kMaxSmallChannels = 15;      // channels that leave an nhwc vector part empty
+constexpr int64_t kBandBytes = int64_t(256) << 10;  // planar scratch per thread: an image band within L2
+
+struct Dims {
+    int64_t N, C, H, W;     // logical nchw
+    int64_t sn, sc, sh, sw;  // element strides in storage
+};
+Dims dims_of(const TensorDesc& d) {
+    const dnnl::memory::dims s = strides_of(d.shape, d.layout);
+    return {d.shape[0], d.shape[1], d.shape[2], d.shape[3], s[0], s[1], s[2], s[3]};
+}
+
+#if defined(__x86_64__)
+// The fused activation's bounds.
+struct Clamp {
+    float lo, hi;
+};
+Clamp clamp_of(OpKind post_op) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    if (post_op == OpKind::Relu) return {0.0f, inf};
+    if (post_op == OpKind::Relu6) return {0.0f, 6.0f};
+    JOULE_ASSERT(post_op == OpKind::Count, std::string("no fused ") + op_name(post_op) + " in a convolution of joule's own");
+    return {-inf, inf};
+}
+
+// Permutes between 16 pixels of an nhwc row (C channels interleaved: C vectors) and the pixels' C planar
+// vectors (one per channel): vector v of the result takes lane l from the source vectors 2j and 2j + 1
+// (vpermt2ps, index idx[v][j][l]) for the pairs j whose mask[v][j] has bit l. De-interleaving: lane l of
+// channel c is flat element l * C + c; interleaving: lane l of flat vector v is pixel (16v + l) / C of
+// channel (16v + l) % C.
+struct Permutes {
+    int64_t C = 0, pairs = 0;
+    std::vector<int32_t> idx;    // [v][j][16]
+    std::vector<uint16_t> mask;  // [v][j]
+};
+Permutes permutes(int64_t C, bool interleave) {
+    if (C > kLanes) return {};  // those go element by element
+    Permutes p{C, (C + 1) / 2, std::vector<int32_t>(size_t(C * ((C + 1) / 2) * kLanes)), std::vector<uint16_t>(size_t(C * ((C + 1) / 2)))};
+    for (int64_t v = 0; v < C; ++v)
+        for (int64_t l = 0; l < kLanes; ++l) {
+            // the source vector and lane of result lane (v, l)
+            const int64_t f = interleave ? (16 * v + l) % C * kLanes + (16 * v + l) / C : l * C + v;
+            const int64_t j = f / (2 * kLanes);
+            p.idx[size_t((v * p.pairs + j) * kLanes + l)] = int32_t(f % (2 * kLanes));
+            p.mask[size_t(v * p.pairs + j)] |= uint16_t(1u << l);
+        }
+    return p;
+}
+JOULE_V4 void permute(const Permutes& p, const v16* in, v16* out) {
+    for (int64_t v = 0; v < p.C; ++v) {
+        __m512 r = _mm512_setzero_ps();
+        for (int64_t j = 0; j < p.pairs; ++j) {
+            const __m512 b = 2 * j + 1 < p.C ? __m512(in[2 * j + 1]) : _mm512_setzero_ps();
+            const __m512i ix = _mm512_loadu_si512(p.idx.data() + (v * p.pairs + j) * kLanes);
+            r = _mm512_mask_mov_ps(r, p.mask[size_t(v * p.pairs + j)], _mm512_permutex2var_ps(__m512(in[2 * j]), ix, b));
+        }
+        out[v] = v16(r);
+    }
+}
+
+// The first n < 16 lanes of a vector, loaded (the rest zero; no access past them) or stored.
+JOULE_INLINE JOULE_V4 v16 ld16_part(const float* p, int64_t n) { return v16(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p)); }
+JOULE_INLINE JOULE_V4 v16 ld16_part(const uint16_t* p, int64_t n) {
+    const __m256i b = _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p);
+    u16x16 h;
+    std::memcpy(&h, &b, sizeof h);
+    return v16(__builtin_convertvector(h, u32x16) << 16);
+}
+JOULE_INLINE JOULE_V4 void st16_part(float* p, v16 v, int64_t n) { _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), __m512(v)); }
+JOULE_INLINE JOULE_V4 void st16_part(uint16_t* p, v16 v, int64_t n) {
+    const u16x16 h = to_bf16x16(v);
+    __m256i b;
+    std::memcpy(&b, &h, sizeof b);
+    _mm256_mask_storeu_epi16(p, __mmask16((1u << n) - 1), b);
+}
+// Vector k of a block of n elements: whole, part, or nothing.
+template <class T>
+JOULE_INLINE JOULE_V4 v16 ld16_block(const T* p, int64_t n, int64_t k) {
+    const int64_t m = n - k * kLanes;
+    return m >= kLanes ? ld16(p + k * kLanes) : m > 0 ? ld16_part(p + k * kLanes, m) : v16{};
+}
+template <class Y>
+JOULE_INLINE JOULE_V4 void st16_block(Y* p, v16 v, int64_t n, int64_t k) {
+    const int64_t m = n - k * kLanes;
+    if (m >= kLanes) st16(p + k * kLanes, v);
+    else if (m > 0) st16_part(p + k * kLanes, v, m);
+}
+
+// The planar scratch of one band: channels [0, C) of image n, `plane` elements apart, padded rows [row0, row0
+// + rows) (source row = padded row - top; rows outside the source are zeros), each row Wp wide: `left` zeros,
+// the W source columns, zeros to the end (Wp >= left + W rounded up to 16). An nhwc source goes through `de`
+// (its channels' de-interleaving) 16 pixels at a time.
+template <class T>
+JOULE_V4 void fill_planar(const T* src, const Dims& d, const Permutes& de, int64_t n, int64_t top, int64_t left, int64_t row0, int64_t rows,
+                          int64_t Wp, int64_t plane, float* P) {
+    const bool nhwc = d.sc == 1 && d.sw == d.C && d.C <= kLanes;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t sr = row0 + r - top;
+        const bool data = sr >= 0 && sr < d.H;
+        for (int64_t c = 0; c < d.C; ++c) {
+            float* row = P + c * plane + r * Wp;
+            if (!data) {
+                std::memset(row, 0, size_t(Wp) * sizeof(float));
+                continue;
+            }
+            std::memset(row, 0, size_t(left) * sizeof(float));
+            std::memset(row + left + d.W, 0, size_t(Wp - left - d.W) * sizeof(float));
+        }
+        if (!data) continue;
+        const T* s = src + n * d.sn + sr * d.sh;
+        float* prow = P + r * Wp + left;
+        if (nhwc)
+            for (int64_t w = 0; w < d.W; w += kLanes) {
+                const int64_t count = std::min(kLanes, d.W - w) * d.C;
+                v16 in[kLanes], out[kLanes];
+                for (int64_t k = 0; k < d.C; ++k) in[k] = ld16_block(s + w * d.C, count, k);
+                permute(de, in, out);
+                for (int64_t c = 0; c < d.C; ++c) st16(prow + c * plane + w, out[c]);
+            }
+        else if (d.sw == 1)
+            for (int64_t w = 0; w < d.W; w += kLanes)
+                for (int64_t c = 0; c < d.C; ++c) st16(prow + c * plane + w, ld16_block(s + c * d.sc + w, d.W - w, 0));
+        else
+            for (int64_t w = 0; w < d.W; ++w)
+                for (int64_t c = 0; c < d.C; ++c) prow[c * plane + w] = ld(s, c * d.sc + w * d.sw);
+    }
+}
+
+// Row `row` of a band's tiles (channel o at tile + o * tplane, W columns rounded up to 16) into dst's row,
+// through `inter` (the channels' interleaving) 16 pixels at a time where dst is nhwc.
+template <class Y>
+JOULE_V4 void store_row(const float* tile, int64_t tplane, const Dims& d, const Permutes& inter, Y* row) {
+    const bool nhwc = d.sc == 1 && d.sw == d.C;
+    if (nhwc)
+        for (int64_t w = 0; w < d.W; w += kLanes) {
+            const int64_t count = std::min(kLanes, d.W - w) * d.C;
+            v16 in[kLanes], out[kLanes];
+            for (int64_t o = 0; o < d.C; ++o) in[o] = ld16(tile + o * tplane + w);
+            permute(inter, in, out);
+            for (int64_t k = 0; k < d.C; ++k) st16_block(row + w * d.C, out[k], count, k);
+        }
+    else if (d.sw == 1)
+        for (int64_t w = 0; w < d.W; w += kLanes)
+            for (int64_t o = 0; o < d.C; ++o) st16_block(row + o * d.sc + w, ld16(tile + o * tplane + w), d.W - w, 0);
+    else
+        for (int64_t w = 0; w < d.W; ++w)
+            for (int64_t o = 0; o < d.C; ++o) st(row, w * d.sw + o * d.sc, tile[o * tplane + w]);
+}
+
+// NV column vectors of one band, output channels [o0, o0 + OB), into the band's tiles: the vectors
+// start at poff[i] in the planar rows (row r of the output reads planar rows r + kh) and are stored at
+// toff[i] in each channel's tile plane; taps kh in [kh0, kh1) (the others read zero padding).
+struct RowsGeo {
+    int64_t C, O, KH, KW;  // input channels, output channels, window
+    int64_t Wp, plane;     // planar row length and channel plane (elements)
+    int64_t tplane;        // tile plane per output channel
+};
+// x in every lane (vbroadcastss; vec.hpp's splat adds it to a zero vector first)
+JOULE_INLINE JOULE_V4 v16 bcast(float x) { return v16(_mm512_set1_ps(x)); }
+template <int OB, int NV>
+JOULE_V4 void out_block(const float* P, const RowsGeo& g, const float* wt, const int64_t* poff, const int64_t* toff, float* tile,
+                        int64_t o0, int64_t kh0, int64_t kh1, const float* bias, Clamp c) {
+    v16 acc[OB][NV];
+#pragma GCC unroll 8
+    for (int ob = 0; ob < OB; ++ob) {
+        const v16 b = bcast(bias ? bias[o0 + ob] : 0.0f);
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) acc[ob][i] = b;
+    }
+    for (int64_t ci = 0; ci < g.C; ++ci)
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+            const float* pr = P + ci * g.plane + kh * g.Wp;
+            const float* wk = wt + (ci * g.KH + kh) * g.KW * g.O + o0;
+            for (int64_t kw = 0; kw < g.KW; ++kw, wk += g.O) {
+                v16 x[NV];
+#pragma GCC unroll 8
+                for (int i = 0; i < NV; ++i) x[i] = ld16(pr + poff[i] + kw);
+#pragma GCC unroll 8
+                for (int ob = 0; ob < OB; ++ob) {
+                    const v16 w = bcast(wk[ob]);
+#pragma GCC unroll 8
+                    for (int i = 0; i < NV; ++i) acc[ob][i] += w * x[i];
+                }
+            }
+        }
+    const v16 lo = splat(c.lo), hi = splat(c.hi);
+#pragma GCC unroll 8
+    for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) {
+            v16 v = acc[ob][i];
+            v = v < lo ? lo : v;  // NaN passes both
+            v = v > hi ? hi : v;
+            st16(tile + (o0 + ob) * g.tplane + toff[i], v);
+        }
+}
+// Up to 8 output channels at a time; column vectors per call so that OB x NV sums (8-18) keep the FMA
+// units busy and fit the registers with the NV loads.
+constexpr int kOutBlock = 8;
+constexpr int vectors_for(int ob) { return ob <= 4 ? 4 : ob <= 6 ? 3 : 2; }
+using OutBlockFn = void (*)(const float*, const RowsGeo&, const float*, const int64_t*, const int64_t*, float*, int64_t, int64_t, int64_t,
+                            const float*, Clamp);
+template <int... OB>
+constexpr OutBlockFn out_block_for(int ob, std::integer_sequence<int, OB...>) {
+    OutBlockFn f = nullptr;
+    ((f = ob == OB + 1 ? &out_block<OB + 1, vectors_for(OB + 1)> : f), ...);
+    return f;
+}
+
+// Run f(thread, begin, end) over [0, n) in static chunks on at most `threads` OpenMP threads (the per-thread
+// scratch prepared for them).
+template <class F>
+void chunks(int64_t n, int threads, F&& f) {
+    const int nthr = std::max(1, std::min<int>({omp_get_max_threads(), threads, int(std::max<int64_t>(n, 1))}));
+    if (nthr == 1) {
+        f(0, int64_t(0), n);
+        return;
+    }
+#pragma omp parallel num_threads(nthr)
+    {
+        const int t = omp_get_thread_num();
+        const int64_t chunk = (n + omp_get_num_threads() - 1) / omp_get_num_threads();
+        const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+        if (begin < end) f(t, begin, end);
+    }
+}
+
+// Storage offset of each weight element in logical (o, c, kh, kw) order.
+std::vector<int64_t> storage_offsets(const TensorDesc& w) {
+    if (w.layout == Layout::Blocked) return w.blocking.offsets();
+    const Dims d = dims_of(w);
+    std::vector<int64_t> off;
+    off.reserve(size_t(w.numel()));
+    for (int64_t o = 0; o < d.N; ++o)
+        for (int64_t c = 0; c < d.C; ++c)
+            for (int64_t h = 0; h < d.H; ++h)
+                for (int64_t x = 0; x < d.W; ++x) off.push_back(o * d.sn + c * d.sc + h * d.sh + x * d.sw);
+    return off;
+}
+
+// The planar row length: the output's column vectors (Wv columns) read KW - 1 columns past them, and the
+// source's columns are copied 16 at a time.
+int64_t planar_width(int64_t Wv, int64_t KW, int64_t left, int64_t W) {
+    return std::max(Wv + KW - 1, left + (W + kLanes - 1) / kLanes * kLanes);
+}
+
+// Image bands: rows of the output per work item, so that a batch smaller than twice the threads still
+// splits, and the band's planar scratch (C channels, rows + KH - 1 rows of Wp) stays within kBandBytes.
+int64_t band_rows(int64_t N, int64_t OH, int64_t KH, int64_t C, int64_t Wp, int threads) {
+    int64_t rows = N >= 2 * threads ? OH : std::max<int64_t>(1, (OH * N + 2 * threads - 1) / (2 * threads) / N);
+    const int64_t fit = kBandBytes / int64_t(sizeof(float)) / (C * Wp) - KH + 1;
+    return std::clamp<int64_t>(std::min(rows, fit), 1, OH);
+}
+
+// The node's kernel for storage types T (x, w) and Y (y). The window table wt[c][kh][kw][o] = w[o][c][kh][kw]
+// (the weight through its storage offsets) is built at each run, before the bands.
+template <class T, class Y>
+std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
+    const auto& at = attrs_as<ConvAttrs>(a.node);
+    const TensorDesc& wd = a.in_desc(1);
+    const Dims s = dims_of(a.in_desc(0)), d = dims_of(a.out_desc(0));
+    const int64_t KH = wd.shape[2], KW = wd.shape[3], top = at.pad[0], left = at.pad[1], CKK = s.C * KH * KW;
+    const int threads = omp_get_max_threads();
+    const int64_t nv = (d.W + kLanes - 1) / kLanes, Wv = nv * kLanes, Wp = planar_width(Wv, KW, left, s.W);
+    const int64_t brows = band_rows(d.N, d.H, KH, s.C, Wp, threads), bands = (d.H + brows - 1) / brows;
+    const RowsGeo g{s.C, d.C, KH, KW, Wp, (brows + KH - 1) * Wp, brows * Wv};
+    const int64_t per_thread = s.C * g.plane + d.C * g.tplane;
+    auto scratch = std::make_shared<std::vector<float>>(size_t(threads * per_thread + CKK * d.C));
+    auto offsets = std::make_shared<const std::vector<int64_t>>(storage_offsets(wd));
+    auto perms = std::make_shared<const std::pair<Permutes, Permutes>>(permutes(s.C, false), permutes(d.C, true));
+    const T *src = static_cast<const T*>(a.in[0]), *w = static_cast<const T*>(a.in[1]);
+    const float* bias = at.bias ? static_cast<const float*>(a.in[2]) : nullptr;
+    Y* dst = static_cast<Y*>(a.out[0]);
+    const Clamp clamp = clamp_of(a.node.post_op);
+    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+        float* wt = scratch->data() + threads * per_thread;
+        for (int64_t o = 0; o < d.C; ++o)
+            for (int64_t e = 0; e < CKK; ++e) wt[e * d.C + o] = ld(w, (*offsets)[size_t(o * CKK + e)]);
+        chunks(d.N * bands, threads, [&](int t, int64_t begin, int64_t end) {
+            float* P = scratch->data() + t * per_thread;
+            float* tile = P + s.C * g.plane;
+            for (int64_t item = begin; item < end; ++item) {
+                const int64_t n = item / bands, o_b = item % bands * brows, br = std::min(d.H, o_b + brows) - o_b;
+                fill_planar(src, s, perms->first, n, top, left, o_b, br + KH - 1, Wp, g.plane, P);
+                // the band's column vectors, row by row, NV at a time (the last group repeats its last vector)
+                const int64_t count = br * nv;
+                for (int64_t o0 = 0; o0 < d.C; o0 += kOutBlock) {
+                    const int ob = int(std::min<int64_t>(kOutBlock, d.C - o0)), NV = vectors_for(ob);
+                    const OutBlockFn f = out_block_for(ob, std::make_integer_sequence<int, kOutBlock>{});
+                    for (int64_t j0 = 0; j0 < count; j0 += NV) {
+                        int64_t poff[4], toff[4];
+                        for (int i = 0; i < NV; ++i) {
+                            const int64_t j = std::min(count - 1, j0 + i), r = j / nv, v = j % nv;
+                            poff[i] = r * Wp + v * kLanes, toff[i] = r * Wv + v * kLanes;
+                        }
+                        // taps whose planar row holds source data for some row of the group
+                        const int64_t r_min = j0 / nv, r_max = std::min(count - 1, j0 + NV - 1) / nv;
+                        const int64_t kh0 = std::max<int64_t>(0, top - o_b - r_max), kh1 = std::min(KH, top + s.H - o_b - r_min);
+                        f(P, g, wt, poff, toff, tile, o0, kh0, std::max(kh0, kh1), bias, clamp);
+                    }
+                }
+                for (int64_t r = 0; r < br; ++r) store_row(tile + r * Wv, g.tplane, d, perms->second, dst + n * d.sn + (o_b + r) * d.sh);
+            }
+        });
+    });
+}
+#endif
+}  // namespace
+
+bool conv_small_applies(const Node& n, const TensorDesc& x, const TensorDesc& w, const TensorDesc& y) {
+#if defined(__x86_64__)
+    const auto& a = attrs_as<ConvAttrs>(n);
+    if (!kHasV4 || n.kind != OpKind::Conv2d || a.groups != 1 || a.stride[0] != 1 || a.stride[1] != 1 || a.dilation[0] != 1 || a.dilation[1] != 1)
+        return false;
+    if (x.layout == Layout::Blocked || y.layout == Layout::Blocked) return false;
+    const bool types = (x.dtype == DType::F32 && y.dtype == DType::F32) || (x.dtype == DType::BF16 && (y.dtype == DType::BF16 || y.dtype == DType::F32));
+    return types && w.dtype == x.dtype && y.shape[1] <= kMaxSmallChannels;
+#else
+    (void)n, (void)x, (void)w, (void)y;
+    return false;
+#endif
+}
+
+std::unique_ptr<Kernel> make_conv_small(const KernelArgs& a) {
+#if defined(__x86_64__)
+    if (a.node.kind != OpKind::Conv2d || !conv_small_applies(a.node, a.in_desc(0), a.in_desc(1), a.out_desc(0))) return nullptr;
+    if (a.in_desc(0).dtype == DType::F32) return forward_kernel<float, float>(a);
+    if (a.out_desc(0).dtype == DType::F32) return forward_kernel<uint16_t, float>(a);
+    return forward_kernel<uint16_t, uint16_t>(a);
+#else
+    (void)a;
+    return nullptr;
+#endif
+}
+
+}  // namespace joule::cpu
