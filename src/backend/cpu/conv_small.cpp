@@ -16,7 +16,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -39,18 +38,6 @@ Dims dims_of(const TensorDesc& d) {
 }
 
 #if defined(__x86_64__)
-// The fused activation's bounds.
-struct Clamp {
-    float lo, hi;
-};
-Clamp clamp_of(OpKind post_op) {
-    constexpr float inf = std::numeric_limits<float>::infinity();
-    if (post_op == OpKind::Relu) return {0.0f, inf};
-    if (post_op == OpKind::Relu6) return {0.0f, 6.0f};
-    JOULE_ASSERT(post_op == OpKind::Count, std::string("no fused ") + op_name(post_op) + " in a convolution of joule's own");
-    return {-inf, inf};
-}
-
 // Permutes between 16 pixels of an nhwc row (C channels interleaved: C vectors) and the pixels' C planar
 // vectors (one per channel): vector v of the result takes lane l from the source vectors 2j and 2j + 1
 // (vpermt2ps, index idx[v][j][l]) for the pairs j whose mask[v][j] has bit l. De-interleaving: lane l of
@@ -299,7 +286,7 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
     const T *src = static_cast<const T*>(a.in[0]), *w = static_cast<const T*>(a.in[1]);
     const float* bias = at.bias ? static_cast<const float*>(a.in[2]) : nullptr;
     Y* dst = static_cast<Y*>(a.out[0]);
-    const Clamp clamp = clamp_of(a.node.post_op);
+    const Clamp clamp = clamp_of(a.node);
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         float* wt = scratch->data() + threads * per_thread;
         for (int64_t o = 0; o < d.C; ++o)

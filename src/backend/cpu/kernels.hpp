@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -129,6 +130,19 @@ inline float ld(const float* p, int64_t i) { return p[i]; }
 inline float ld(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
 inline void st(float* p, int64_t i, float v) { p[i] = v; }
 inline void st(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+
+// A fused activation (Node::post_op: ReLU, ReLU6 or none) as the bounds the loops of joule's own clamp to:
+// act(v) = v below lo clamped to lo, above hi to hi (NaN passes).
+struct Clamp {
+    float lo, hi;
+};
+inline Clamp clamp_of(const Node& n) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    if (n.post_op == OpKind::Relu) return {0.0f, inf};
+    if (n.post_op == OpKind::Relu6) return {0.0f, 6.0f};
+    JOULE_ASSERT(n.post_op == OpKind::Count, "op '" + n.name + "': no fused " + op_name(n.post_op) + " in a loop of joule's own");
+    return {-inf, inf};
+}
 
 // A kernel written as a plain loop (ops oneDNN has no primitive for).
 class FunctionKernel : public Kernel {

@@ -23,17 +23,6 @@ namespace joule::cpu {
 namespace {
 
 #if defined(__x86_64__)
-// The fused activation's bounds: act(v) = v below lo clamped to lo, above hi to hi (NaN passes).
-struct Clamp {
-    float lo, hi;
-};
-Clamp clamp_of(OpKind post_op) {
-    constexpr float inf = std::numeric_limits<float>::infinity();
-    if (post_op == OpKind::Relu) return {0.0f, inf};
-    if (post_op == OpKind::Relu6) return {0.0f, 6.0f};
-    JOULE_ASSERT(post_op == OpKind::Count, std::string("no fused ") + op_name(post_op) + " in a Linear of joule's own");
-    return {-inf, inf};
-}
 inline float apply(float v, Clamp c) { return v < c.lo ? c.lo : v > c.hi ? c.hi : v; }
 
 // Operand `p` ([rows, cols]) as f32: itself, or bf16 converted into `scratch`.
@@ -191,7 +180,7 @@ std::unique_ptr<Kernel> rows_kernel(const KernelArgs& a, int64_t M, int64_t K, i
     const bool bias = attrs_as<LinearAttrs>(a.node).bias;
     if (a.node.kind == OpKind::Linear) {  // (x, w[, b]) -> y
         const float* b = bias ? static_cast<const float*>(a.in[2]) : nullptr;
-        const Clamp c = clamp_of(a.node.post_op);
+        const Clamp c = clamp_of(a.node);
         auto scratch = std::make_shared<std::vector<float>>(std::is_same_v<T, float> ? 0 : M * K);
         return std::make_unique<FunctionKernel>([=](const RunContext&) {
             const float* x = as_f32(in0, M * K, scratch->data());
