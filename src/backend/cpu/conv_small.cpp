@@ -9,10 +9,14 @@
 // interleaved back into the tensor's layout. Stride 1, no dilation, one group, f32 arithmetic over f32 or
 // bf16 storage, x86-64-v4 only; elsewhere oneDNN runs it (conv_small_applies). The weight is read in
 // whatever layout it is stored (a blocked one through its offsets).
-// Tried and left on oneDNN, measured (LeNet-5 b64 f32, node times, same run): the backward-data as this
-// forward over dY padded by K - 1 - pad (conv2's, 16 -> 6 channels: 0.94-1.0x oneDNN; the padding's zeros
-// are multiplied too), and the backward-weights as column-vector sums over planar dY and x (conv1's: 0.95x;
-// de-interleaving dY costs as much as the products).
+// Tried and left on oneDNN, measured (LeNet-5 b64, node times, old and new binaries alternating in one run):
+// the backward-data as this forward over dY padded by K - 1 - pad (conv2's, 16 -> 6 channels: 0.94-1.0x
+// oneDNN; the padding's zeros are multiplied too); the backward-weights as column-vector sums over planar dY
+// and x (conv1's: 0.95x; de-interleaving dY costs as much as the products), and over dY's nhwc rows as stored
+// against x expanded 6-fold so that each lane meets its pixel's input (git stash "conv-small-flat": f32
+// 0.96-1.04x, bf16 0.6x -- oneDNN's bf16 backward-weights is twice its f32 speed here); the forward and the
+// backward-data over such expanded rows (no faster than this forward; the backward-data 0.35x: expanding 16
+// channels of dY costs as much as the products).
 #include <immintrin.h>
 
 #include <cstring>
