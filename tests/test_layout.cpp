@@ -179,6 +179,29 @@ TEST(Layout, CastsReorderInOnePassAndAllReducedGradientsStayPlain) {
         EXPECT_TRUE(!persists(t.role) || t.desc.layout != Layout::Blocked) << t.name;
 }
 
+// A kernel that reads an input in any layout (LayoutWishes::any_inputs: the cpu's small-channel convolution
+// forward, LeNet-5's conv1) gets no reorder before it and no say in its parameter's layout: conv1.weight takes
+// its gradient's blocked format (oneDNN's backward-weights), and the forward reads that storage as it is.
+NodeId node_named(const Graph& g, const std::string& name) {
+    for (size_t k = 0; k < g.num_nodes(); ++k)
+        if (g.node(NodeId(k)).name == name) return NodeId(k);
+    return kNone;
+}
+TEST(Layout, AReaderOfAnyLayoutGetsNoReorder) {
+    Net n = build("lenet5", 4, 0);
+    const NodeId conv1 = node_named(n.train.graph, "conv1");
+    ASSERT_NE(conv1, kNone);
+    if (!has_bit(layout_wishes(n.train.graph, conv1).any_inputs, 1)) GTEST_SKIP() << "no AVX-512: oneDNN runs conv1";
+    const LoweredGraph lg = lower(std::move(n.train), Plan{});
+    const Graph& g = lg.train.graph;
+    ASSERT_NE(node_named(g, "conv1"), kNone);
+    const Node& c = g.node(node_named(g, "conv1"));
+    const Tensor& w = g.tensor(c.inputs[1]);
+    EXPECT_EQ(w.role, TensorRole::Parameter) << "conv1 reads " << w.name;
+    EXPECT_EQ(w.desc.layout, Layout::Blocked) << "conv1.weight follows its gradient's format";
+    for (NodeId r : g.consumers(c.inputs[1])) EXPECT_NE(g.node(r).kind, OpKind::Cast) << g.node(r).name;
+}
+
 // The blocked padding of every parameter and its state is zero (oneDNN's outputs and reorders zero it, the
 // updates keep it).
 void expect_zero_padding(const Executor& ex) {
