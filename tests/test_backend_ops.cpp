@@ -173,6 +173,13 @@ std::vector<Case> make_cases() {
     add_conv_cases(cs, "small_lenet", nhwc({3, 1, 21, 19}), {6, 1, 5, 5}, conv(1, 1, 2, 2, 1, 1, 1, true));
     add_conv_cases(cs, "small_wide", nhwc({1, 3, 6, 37}), {11, 3, 7, 7}, conv(1, 1, 3, 1, 1, 1, 1, false));
     add_conv_cases(cs, "small_17in", nhwc({2, 17, 5, 6}), {4, 17, 3, 3}, conv(1, 1, 1, 1, 1, 1, 1, true));
+    // backward-data into at most 8 channels from whole vectors of dY's (conv_small.cpp's other loop): LeNet-5's
+    // conv2 (6 channels: blocks of 4 pixels, 13 columns leave a block of 1; a 10x9 dY leaves most input pixels
+    // short of taps); 32 output channels (two vectors per dY pixel) into 3 with unequal padding (taps past
+    // every edge); one channel into 16-pixel blocks with a tail
+    add_conv_cases(cs, "small_dx_lenet", nhwc({3, 6, 14, 13}), {16, 6, 5, 5}, conv(1, 1, 0, 0, 1, 1, 1, true));
+    add_conv_cases(cs, "small_dx_pad", nhwc({2, 3, 7, 9}), {32, 3, 3, 4}, conv(1, 1, 2, 1, 1, 1, 1, false));
+    add_conv_cases(cs, "small_dx_1c", nhwc({2, 1, 5, 21}), {16, 1, 3, 3}, conv(1, 1, 1, 1, 1, 1, 1, true));
 
     add_linear_cases(cs, "bias", {5, 7}, {4, 7}, true);
     add_linear_cases(cs, "rank3_nobias", {2, 3, 7}, {5, 7}, false);

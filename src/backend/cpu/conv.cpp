@@ -141,8 +141,8 @@ LayoutWishes conv_layout_wishes(const Graph& g, NodeId id) {
     const dt type = compute_type(n.compute);
     const engine& eng = wish_engine();
     auto desc = [&](TensorId t) { return g.tensor(t).desc; };
-    if (n.kind == OpKind::Conv2d && conv_small_applies(n, desc(n.inputs[0]), desc(n.inputs[1]), desc(n.outputs[0]))) {
-        w.any_inputs = 0b10;  // joule's loop reads the weight in any layout
+    if (conv_small_applies(n, desc(n.inputs[0]), desc(n.inputs[1]), desc(n.outputs[0]))) {
+        w.any_inputs = 0b10;  // joule's loops read the weight in any layout
         return w;
     }
     if (n.kind == OpKind::Conv2d) {

@@ -1,14 +1,19 @@
-// A convolution's forward whose output channels do not fill a vector (LeNet-5's conv1, 1 -> 6 channels), as
-// a loop of joule's own. In nhwc an AVX-512 vector holds 16 channels, so oneDNN 2.6 leaves most lanes idle
-// there (ONEDNN_VERBOSE, LeNet-5 b64 f32: conv1's forward at ~45 GFLOP/s, the f32 GEMM peak ~375). This loop
-// vectorises over image columns instead: each image band is copied once into planar f32 scratch (a
-// channel's rows side by side, zero padding around them, so a tap (kh, kw) is one unaligned load of 16
-// columns; nhwc pixels de-interleaved 16 at a time with vpermt2ps), then out[o][r][w..w+16) += wt[c][kh][kw][o]
-// x[c][r+kh][w+kw..] with OB output channels x NV column vectors in registers and the weight a broadcast,
-// rows of zero padding skipped, bias and the fused ReLU / ReLU6 applied in registers, and each output row
-// interleaved back into the tensor's layout. Stride 1, no dilation, one group, f32 arithmetic over f32 or
-// bf16 storage, x86-64-v4 only; elsewhere oneDNN runs it (conv_small_applies). The weight is read in
-// whatever layout it is stored (a blocked one through its offsets).
+// Convolutions with fewer channels than a vector holds, as loops of joule's own (LeNet-5's conv1, 1 -> 6
+// channels, and conv2's backward-data, 16 -> 6). In nhwc an AVX-512 vector holds 16 channels, so oneDNN 2.6
+// leaves most lanes idle there (LeNet-5 b64 f32: conv1's forward at ~45 GFLOP/s against a ~375 f32 GEMM peak;
+// conv2's backward-data at ~85 against ~190 on a busy machine).
+// The forward (fewer than 16 output channels) vectorises over image columns instead: each image band is copied
+// once into planar f32 scratch (a channel's rows side by side, zero padding around them, so a tap (kh, kw) is
+// one unaligned load of 16 columns; nhwc pixels de-interleaved 16 at a time with vpermt2ps), then
+// out[o][r][w..w+16) += wt[c][kh][kw][o] x[c][r+kh][w+kw..] with OB output channels x NV column vectors in
+// registers and the weight a broadcast, rows of zero padding skipped, bias and the fused ReLU / ReLU6 applied
+// in registers, and each output row interleaved back into the tensor's layout.
+// The backward-data into at most 8 channels from whole vectors of dY's (nhwc) keeps a vector of partial sums
+// over dY's channels per (input pixel, channel) and sums their lanes at the end (below, before dx_block); in
+// bf16 with AVX512_BF16's dot product over pairs of taps.
+// Both: stride 1, no dilation, one group, f32 arithmetic over f32 or bf16 storage, x86-64-v4 only; elsewhere
+// oneDNN runs them (conv_small_applies). The weight is read in whatever layout it is stored (a blocked one
+// through its offsets), gathered at each run into the loop's own table.
 // Tried and left on oneDNN, measured (LeNet-5 b64, node times, old and new binaries alternating in one run):
 // the backward-data as this forward over dY padded by K - 1 - pad (conv2's, 16 -> 6 channels: 0.94-1.0x
 // oneDNN; the padding's zeros are multiplied too); the backward-weights as column-vector sums over planar dY
@@ -323,29 +328,236 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
         });
     });
 }
+
+// ---- backward-data into fewer channels than a vector (LeNet-5's conv2, 16 -> 6) ----
+// dX[n][ih][iw][c] = sum over (kh, kw, o) of dY[n][ih + top - kh][iw + left - kw][o] w[o][c][kh][kw]. In nhwc a
+// pixel of dY is whole vectors of output channels, so each (input pixel, channel) keeps a vector of partial
+// sums over o: P pixels x C channels of them in registers, the C weight vectors of a tap (table
+// wt[kh][kw][o / 16][c][o % 16]) shared by the P pixels, taps that leave dY skipped rather than multiplied by
+// padding. The P x C vectors are then summed across their lanes 16 at a time (sums16) into dX's P x C
+// contiguous values.
+
+// Lane l of the result: the sum of v[l]'s lanes. Four levels of shuffles and adds, each halving the
+// partial sums per vector; they leave the sum of input i in lane kSumLane[i], an involution, so the inputs
+// are read through it.
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+JOULE_INLINE JOULE_V4 v16 sums16(const v16* v) {
+    constexpr int kSumLane[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+    v16 b[8], c[4], d[2];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {  // 256-bit halves: lanes 0-7 hold input kSumLane[j]'s, 8-15 kSumLane[j + 8]'s
+        const v16 p = v[kSumLane[j]], q = v[kSumLane[j + 8]];
+        b[j] = __builtin_shuffle(p, q, i32x16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}) +
+               __builtin_shuffle(p, q, i32x16{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)  // 128-bit quarters
+        c[j] = __builtin_shuffle(b[j], b[j + 4], i32x16{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}) +
+               __builtin_shuffle(b[j], b[j + 4], i32x16{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31});
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j)  // pairs within a quarter
+        d[j] = __builtin_shuffle(c[j], c[j + 2], i32x16{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}) +
+               __builtin_shuffle(c[j], c[j + 2], i32x16{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+    return __builtin_shuffle(d[0], d[1], i32x16{0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30}) +
+           __builtin_shuffle(d[0], d[1], i32x16{1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31});
+}
+
+// The first n of K vectors' lane sums into dx (n contiguous values).
+template <int K, class Y>
+JOULE_INLINE JOULE_V4 void store_sums(const v16* acc, int64_t n, Y* dx) {
+#pragma GCC unroll 4
+    for (int g = 0; g < (K + kLanes - 1) / kLanes; ++g) {
+        v16 v[kLanes];
+#pragma GCC unroll 16
+        for (int i = 0; i < kLanes; ++i) v[i] = g * kLanes + i < K ? acc[g * kLanes + i] : v16{};
+        st16_block(dx, sums16(v), n, g);
+    }
+}
+
+// Pixels per block for C channels: P x C sums, the C weights and a dY vector within the 32 registers.
+constexpr int kMaxDataChannels = 8;
+constexpr int pixels_for(int C) { return std::min(16, (31 - C) / C); }
+
+// P (at most; pw here) pixels of one dX row from column iw = ow0 - left on, into dx (pw x C values): taps kh
+// in [kh0, kh1) read dY row oh0 - kh of image dy (rows sh, pixels sw apart; OW columns), tap kw pixel j reads
+// dY column ow0 + j - kw where that is within [0, OW).
+template <int C, int P, class T, class Y>
+JOULE_V4 void dx_block(const T* dy, int64_t sh, int64_t sw, int64_t OW, int64_t OB, int64_t KW, int64_t oh0, int64_t kh0, int64_t kh1,
+                       int64_t ow0, int64_t pw, const float* wt, Y* dx) {
+    v16 acc[P * C];
+#pragma GCC unroll 64
+    for (int k = 0; k < P * C; ++k) acc[k] = v16{};
+    for (int64_t kh = kh0; kh < kh1; ++kh) {
+        const T* row = dy + (oh0 - kh) * sh;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t jlo = std::max<int64_t>(0, kw - ow0), jhi = std::min(pw, OW + kw - ow0);
+            const float* wk = wt + (kh * KW + kw) * OB * C * kLanes;
+            const T* px = row + (ow0 - kw) * sw;
+            for (int64_t ob = 0; ob < OB; ++ob, wk += C * kLanes, px += kLanes) {
+                v16 w[C];
+#pragma GCC unroll 16
+                for (int c = 0; c < C; ++c) w[c] = ld16(wk + c * kLanes);
+                if (jlo == 0 && jhi == P) {
+#pragma GCC unroll 16
+                    for (int j = 0; j < P; ++j) {
+                        const v16 y = ld16(px + j * sw);
+#pragma GCC unroll 16
+                        for (int c = 0; c < C; ++c) acc[j * C + c] += y * w[c];
+                    }
+                } else {
+#pragma GCC unroll 16
+                    for (int j = 0; j < P; ++j)
+                        if (j >= jlo && j < jhi) {
+                            const v16 y = ld16(px + j * sw);
+#pragma GCC unroll 16
+                            for (int c = 0; c < C; ++c) acc[j * C + c] += y * w[c];
+                        }
+                }
+            }
+        }
+    }
+    store_sums<P * C>(acc, pw * C, dx);
+}
+template <class T, class Y>
+using DxBlockFn = void (*)(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, Y*);
+template <class T, class Y, int... C>
+constexpr DxBlockFn<T, Y> dx_block_for(int c, std::integer_sequence<int, C...>) {
+    DxBlockFn<T, Y> f = nullptr;
+    ((f = c == C + 1 ? &dx_block<C + 1, pixels_for(C + 1), T, Y> : f), ...);
+    return f;
+}
+
+// bf16 dY and w where the CPU has AVX512_BF16 (vdpbf16ps: lane i += a[2i] b[2i] + a[2i + 1] b[2i + 1], in
+// f32): taps pair up (2p + 1, 2p), whose dY columns q and q + 1 are adjacent, so one product covers 16
+// output channels of two taps -- the low 8 lanes channel pairs of column q, the high 8 of column q + 1, all
+// summed in the end anyway. Table wp[kh][p][o / 16][c][32] in bf16: tap 2p + 1's 16 channels, then tap 2p's
+// (zeros past KW). A column outside dY (or a missing tap) is a zero-masked load, never read.
+#define JOULE_V4_BF16 __attribute__((target("arch=x86-64-v4,avx512bf16")))
+inline const bool kHasBf16Dot = kHasV4 && __builtin_cpu_supports("avx512bf16");
+// Columns q and q + 1 (sw apart) of dY's 16 channels at q, under a mask of their 32 values.
+JOULE_INLINE JOULE_V4_BF16 __m512i ld_columns(const uint16_t* q, int64_t sw, uint32_t m) {
+    if (sw == kLanes) return _mm512_maskz_loadu_epi16(m, q);  // adjacent
+    typedef long long i64x4 __attribute__((vector_size(32)));
+    const i64x4 a = i64x4(_mm256_maskz_loadu_epi16(__mmask16(m), q)), b = i64x4(_mm256_maskz_loadu_epi16(__mmask16(m >> 16), q + sw));
+    return __m512i(__builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7));
+}
+template <int C, int P, class Y>
+JOULE_V4_BF16 void dx_block_bf16(const uint16_t* dy, int64_t sh, int64_t sw, int64_t OW, int64_t OB, int64_t KW, int64_t oh0, int64_t kh0,
+                                 int64_t kh1, int64_t ow0, int64_t pw, const uint16_t* wp, Y* dx) {
+    v16 acc[P * C];
+#pragma GCC unroll 64
+    for (int k = 0; k < P * C; ++k) acc[k] = v16{};
+    const int64_t pairs = (KW + 1) / 2;
+    for (int64_t p = 0; p < pairs; ++p) {
+        // pixel j reads columns q = ow0 + j - 2p - 1 (tap 2p + 1, if any) and q + 1 (tap 2p): the mask of each
+        uint32_t m[P];
+        const int64_t q0 = ow0 - 2 * p - 1;
+#pragma GCC unroll 16
+        for (int j = 0; j < P; ++j) {
+            const int64_t q = q0 + j;
+            const bool lo = j < pw && 2 * p + 1 < KW && q >= 0 && q < OW, hi = j < pw && q + 1 >= 0 && q + 1 < OW;
+            m[j] = (lo ? 0xffffu : 0u) | (hi ? 0xffff0000u : 0u);
+        }
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+            const uint16_t* wk = wp + (kh * pairs + p) * OB * C * 2 * kLanes;
+            const uint16_t* px = dy + (oh0 - kh) * sh + q0 * sw;
+            for (int64_t ob = 0; ob < OB; ++ob, wk += C * 2 * kLanes, px += kLanes) {
+                __m512i w[C];
+#pragma GCC unroll 16
+                for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(wk + c * 2 * kLanes);
+#pragma GCC unroll 16
+                for (int j = 0; j < P; ++j) {
+                    if (!m[j]) continue;
+                    const __m512bh y = (__m512bh)ld_columns(px + j * sw, sw, m[j]);
+#pragma GCC unroll 16
+                    for (int c = 0; c < C; ++c) acc[j * C + c] = v16(_mm512_dpbf16_ps(__m512(acc[j * C + c]), y, (__m512bh)w[c]));
+                }
+            }
+        }
+    }
+    store_sums<P * C>(acc, pw * C, dx);
+}
+template <class Y>
+using DxBlockBf16Fn = void (*)(const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               const uint16_t*, Y*);
+template <class Y, int... C>
+constexpr DxBlockBf16Fn<Y> dx_block_bf16_for(int c, std::integer_sequence<int, C...>) {
+    DxBlockBf16Fn<Y> f = nullptr;
+    ((f = c == C + 1 ? &dx_block_bf16<C + 1, pixels_for(C + 1), Y> : f), ...);
+    return f;
+}
+
+// The node's kernel for storage types T (dY, w) and Y (dX). Its table (f32 taps, or bf16 tap pairs) is gathered
+// at each run from the weight as stored, before the rows.
+template <class T, class Y>
+std::unique_ptr<Kernel> backward_data_kernel(const KernelArgs& a) {
+    constexpr bool bf16 = std::is_same_v<T, uint16_t>;
+    const auto& at = attrs_as<ConvAttrs>(a.node);
+    const TensorDesc& wd = a.in_desc(1);
+    const Dims yd = dims_of(a.in_desc(0)), xd = dims_of(a.out_desc(0));
+    const int64_t KH = wd.shape[2], KW = wd.shape[3], C = xd.C, OB = yd.C / kLanes, top = at.pad[0], left = at.pad[1];
+    const int64_t taps = bf16 ? (KW + 1) / 2 * 2 : KW;  // per table row (bf16: whole pairs)
+    const int P = pixels_for(int(C));
+    const auto f = [&] {
+        if constexpr (bf16) return dx_block_bf16_for<Y>(int(C), std::make_integer_sequence<int, kMaxDataChannels>{});
+        else return dx_block_for<T, Y>(int(C), std::make_integer_sequence<int, kMaxDataChannels>{});
+    }();
+    // the table's element i is the weight's element at storage offset from[i] (-1: zero). f32: wt[kh][kw][o /
+    // 16][c][o % 16]; bf16: wt[kh][kw / 2][o / 16][c][(1 - kw % 2) * 16 + o % 16] (o % 16 as the pair (o % 16 / 2,
+    // o % 2) of its 8-lane half), zero where kw = KW
+    auto from = std::make_shared<std::vector<int64_t>>(size_t(KH * taps * yd.C * C), -1);
+    const std::vector<int64_t> offsets = storage_offsets(wd);
+    for (int64_t o = 0; o < yd.C; ++o)
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh)
+                for (int64_t kw = 0; kw < KW; ++kw) {
+                    const int64_t slot = bf16 ? kh * taps / 2 + kw / 2 : kh * KW + kw, lane = bf16 ? (1 - kw % 2) * kLanes + o % kLanes : o % kLanes;
+                    (*from)[size_t(((slot * OB + o / kLanes) * C + c) * (bf16 ? 2 : 1) * kLanes + lane)] = offsets[size_t(((o * C + c) * KH + kh) * KW + kw)];
+                }
+    auto table = std::make_shared<std::vector<T>>(from->size());
+    const T *dy = static_cast<const T*>(a.in[0]), *w = static_cast<const T*>(a.in[1]);
+    Y* dx = static_cast<Y*>(a.out[0]);
+    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+        T* wt = table->data();
+        for (size_t i = 0; i < from->size(); ++i) wt[i] = (*from)[i] < 0 ? T(0) : w[(*from)[i]];
+        parallel_chunks(xd.N * xd.H, [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) {
+                const int64_t n = r / xd.H, ih = r % xd.H, oh0 = ih + top;
+                const int64_t kh0 = std::max<int64_t>(0, oh0 - yd.H + 1), kh1 = std::max(kh0, std::min(KH, oh0 + 1));
+                for (int64_t iw = 0; iw < xd.W; iw += P)
+                    f(dy + n * yd.sn, yd.sh, yd.sw, yd.W, OB, KW, oh0, kh0, kh1, iw + left, std::min<int64_t>(P, xd.W - iw), wt,
+                      dx + n * xd.sn + ih * xd.sh + iw * xd.sw);
+            }
+        });
+    });
+}
 #endif
 }  // namespace
 
-bool conv_small_applies(const Node& n, const TensorDesc& x, const TensorDesc& w, const TensorDesc& y) {
+bool conv_small_applies(const Node& n, const TensorDesc& in, const TensorDesc& w, const TensorDesc& out) {
 #if defined(__x86_64__)
     const auto& a = attrs_as<ConvAttrs>(n);
-    if (!kHasV4 || n.kind != OpKind::Conv2d || a.groups != 1 || a.stride[0] != 1 || a.stride[1] != 1 || a.dilation[0] != 1 || a.dilation[1] != 1)
-        return false;
-    if (x.layout == Layout::Blocked || y.layout == Layout::Blocked) return false;
-    const bool types = (x.dtype == DType::F32 && y.dtype == DType::F32) || (x.dtype == DType::BF16 && (y.dtype == DType::BF16 || y.dtype == DType::F32));
-    return types && w.dtype == x.dtype && y.shape[1] <= kMaxSmallChannels;
+    if (!kHasV4 || a.groups != 1 || a.stride[0] != 1 || a.stride[1] != 1 || a.dilation[0] != 1 || a.dilation[1] != 1) return false;
+    if (in.layout == Layout::Blocked || out.layout == Layout::Blocked || w.dtype != in.dtype) return false;
+    const bool types = (in.dtype == DType::F32 && out.dtype == DType::F32) || (in.dtype == DType::BF16 && (out.dtype == DType::BF16 || out.dtype == DType::F32));
+    if (!types) return false;
+    if (n.kind == OpKind::Conv2d) return out.shape[1] <= kMaxSmallChannels;  // (x, w) -> y, any plain layout
+    // (dY, w) -> dX, both nhwc: whole vectors of dY's channels, dX's within the register blocks
+    return n.kind == OpKind::ConvBackwardData && in.layout == Layout::ChannelsLast && out.layout == Layout::ChannelsLast &&
+           in.shape[1] % kLanes == 0 && out.shape[1] <= kMaxDataChannels && (in.dtype == DType::F32 || kHasBf16Dot);
 #else
-    (void)n, (void)x, (void)w, (void)y;
+    (void)n, (void)in, (void)w, (void)out;
     return false;
 #endif
 }
 
 std::unique_ptr<Kernel> make_conv_small(const KernelArgs& a) {
 #if defined(__x86_64__)
-    if (a.node.kind != OpKind::Conv2d || !conv_small_applies(a.node, a.in_desc(0), a.in_desc(1), a.out_desc(0))) return nullptr;
-    if (a.in_desc(0).dtype == DType::F32) return forward_kernel<float, float>(a);
-    if (a.out_desc(0).dtype == DType::F32) return forward_kernel<uint16_t, float>(a);
-    return forward_kernel<uint16_t, uint16_t>(a);
+    if (!conv_small_applies(a.node, a.in_desc(0), a.in_desc(1), a.out_desc(0))) return nullptr;
+    const bool f32 = a.in_desc(0).dtype == DType::F32, f32_out = a.out_desc(0).dtype == DType::F32;
+    if (a.node.kind == OpKind::ConvBackwardData)
+        return f32 ? backward_data_kernel<float, float>(a) : f32_out ? backward_data_kernel<uint16_t, float>(a) : backward_data_kernel<uint16_t, uint16_t>(a);
+    return f32 ? forward_kernel<float, float>(a) : f32_out ? forward_kernel<uint16_t, float>(a) : forward_kernel<uint16_t, uint16_t>(a);
 #else
     (void)a;
     return nullptr;
