@@ -51,36 +51,47 @@ Dims dims_of(const TensorDesc& d) {
 // vectors (one per channel): vector v of the result takes lane l from the source vectors 2j and 2j + 1
 // (vpermt2ps, index idx[v][j][l]) for the pairs j whose mask[v][j] has bit l. De-interleaving: lane l of
 // channel c is flat element l * C + c; interleaving: lane l of flat vector v is pixel (16v + l) / C of
-// channel (16v + l) % C.
-struct Permutes {
-    int64_t C = 0, pairs = 0;
-    std::vector<int32_t> idx;    // [v][j][16]
-    std::vector<uint16_t> mask;  // [v][j]
+// channel (16v + l) % C. The tables are constants of each C's own unrolled loop.
+template <int C, bool Interleave>
+struct PermuteTable {
+    static constexpr int kPairs = (C + 1) / 2;
+    int32_t idx[C][kPairs][kLanes] = {};
+    uint16_t mask[C][kPairs] = {};
+    constexpr PermuteTable() {
+        for (int v = 0; v < C; ++v)
+            for (int l = 0; l < kLanes; ++l) {
+                // the source vector and lane of result lane (v, l)
+                const int f = Interleave ? (16 * v + l) % C * kLanes + (16 * v + l) / C : l * C + v;
+                idx[v][f / (2 * kLanes)][l] = f % (2 * kLanes);
+                mask[v][f / (2 * kLanes)] |= uint16_t(1u << l);
+            }
+    }
 };
-Permutes permutes(int64_t C, bool interleave) {
-    if (C > kLanes) return {};  // those go element by element
-    Permutes p{C, (C + 1) / 2, std::vector<int32_t>(size_t(C * ((C + 1) / 2) * kLanes)), std::vector<uint16_t>(size_t(C * ((C + 1) / 2)))};
-    for (int64_t v = 0; v < C; ++v)
-        for (int64_t l = 0; l < kLanes; ++l) {
-            // the source vector and lane of result lane (v, l)
-            const int64_t f = interleave ? (16 * v + l) % C * kLanes + (16 * v + l) / C : l * C + v;
-            const int64_t j = f / (2 * kLanes);
-            p.idx[size_t((v * p.pairs + j) * kLanes + l)] = int32_t(f % (2 * kLanes));
-            p.mask[size_t(v * p.pairs + j)] |= uint16_t(1u << l);
-        }
-    return p;
-}
-JOULE_V4 void permute(const Permutes& p, const v16* in, v16* out) {
-    for (int64_t v = 0; v < p.C; ++v) {
+template <int C, bool Interleave>
+JOULE_V4 void permute(const v16* in, v16* out) {
+    static constexpr PermuteTable<C, Interleave> t{};
+#pragma GCC unroll 16
+    for (int v = 0; v < C; ++v) {
         __m512 r = _mm512_setzero_ps();
-        for (int64_t j = 0; j < p.pairs; ++j) {
-            const __m512 b = 2 * j + 1 < p.C ? __m512(in[2 * j + 1]) : _mm512_setzero_ps();
-            const __m512i ix = _mm512_loadu_si512(p.idx.data() + (v * p.pairs + j) * kLanes);
-            r = _mm512_mask_mov_ps(r, p.mask[size_t(v * p.pairs + j)], _mm512_permutex2var_ps(__m512(in[2 * j]), ix, b));
+#pragma GCC unroll 8
+        for (int j = 0; j < t.kPairs; ++j) {
+            if (!t.mask[v][j]) continue;
+            const __m512 b = 2 * j + 1 < C ? __m512(in[2 * j + 1]) : _mm512_setzero_ps();
+            const __m512i ix = _mm512_loadu_si512(t.idx[v][j]);
+            r = _mm512_mask_mov_ps(r, t.mask[v][j], _mm512_permutex2var_ps(__m512(in[2 * j]), ix, b));
         }
         out[v] = v16(r);
     }
 }
+using PermuteFn = void (*)(const v16*, v16*);
+template <int... C>
+constexpr PermuteFn permute_for(int64_t c, bool interleave, std::integer_sequence<int, C...>) {
+    PermuteFn f = nullptr;
+    ((f = c == C + 1 ? (interleave ? &permute<C + 1, true> : &permute<C + 1, false>) : f), ...);
+    return f;
+}
+// The permute of C channels (null past 16: those go element by element).
+PermuteFn permute_for(int64_t C, bool interleave) { return permute_for(C, interleave, std::make_integer_sequence<int, kLanes>{}); }
 
 // The first n < 16 lanes of a vector, loaded (the rest zero; no access past them) or stored.
 JOULE_INLINE JOULE_V4 v16 ld16_part(const float* p, int64_t n) { return v16(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p)); }
@@ -115,7 +126,7 @@ JOULE_INLINE JOULE_V4 void st16_block(Y* p, v16 v, int64_t n, int64_t k) {
 // the W source columns, zeros to the end (Wp >= left + W rounded up to 16). An nhwc source goes through `de`
 // (its channels' de-interleaving) 16 pixels at a time.
 template <class T>
-JOULE_V4 void fill_planar(const T* src, const Dims& d, const Permutes& de, int64_t n, int64_t top, int64_t left, int64_t row0, int64_t rows,
+JOULE_V4 void fill_planar(const T* src, const Dims& d, PermuteFn de, int64_t n, int64_t top, int64_t left, int64_t row0, int64_t rows,
                           int64_t Wp, int64_t plane, float* P) {
     const bool nhwc = d.sc == 1 && d.sw == d.C && d.C <= kLanes;
     for (int64_t r = 0; r < rows; ++r) {
@@ -138,7 +149,7 @@ JOULE_V4 void fill_planar(const T* src, const Dims& d, const Permutes& de, int64
                 const int64_t count = std::min(kLanes, d.W - w) * d.C;
                 v16 in[kLanes], out[kLanes];
                 for (int64_t k = 0; k < d.C; ++k) in[k] = ld16_block(s + w * d.C, count, k);
-                permute(de, in, out);
+                de(in, out);
                 for (int64_t c = 0; c < d.C; ++c) st16(prow + c * plane + w, out[c]);
             }
         else if (d.sw == 1)
@@ -153,14 +164,14 @@ JOULE_V4 void fill_planar(const T* src, const Dims& d, const Permutes& de, int64
 // Row `row` of a band's tiles (channel o at tile + o * tplane, W columns rounded up to 16) into dst's row,
 // through `inter` (the channels' interleaving) 16 pixels at a time where dst is nhwc.
 template <class Y>
-JOULE_V4 void store_row(const float* tile, int64_t tplane, const Dims& d, const Permutes& inter, Y* row) {
+JOULE_V4 void store_row(const float* tile, int64_t tplane, const Dims& d, PermuteFn inter, Y* row) {
     const bool nhwc = d.sc == 1 && d.sw == d.C;
     if (nhwc)
         for (int64_t w = 0; w < d.W; w += kLanes) {
             const int64_t count = std::min(kLanes, d.W - w) * d.C;
             v16 in[kLanes], out[kLanes];
             for (int64_t o = 0; o < d.C; ++o) in[o] = ld16(tile + o * tplane + w);
-            permute(inter, in, out);
+            inter(in, out);
             for (int64_t k = 0; k < d.C; ++k) st16_block(row + w * d.C, out[k], count, k);
         }
     else if (d.sw == 1)
@@ -291,7 +302,7 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
     const int64_t per_thread = s.C * g.plane + d.C * g.tplane;
     auto scratch = std::make_shared<std::vector<float>>(size_t(threads * per_thread + CKK * d.C));
     auto offsets = std::make_shared<const std::vector<int64_t>>(storage_offsets(wd));
-    auto perms = std::make_shared<const std::pair<Permutes, Permutes>>(permutes(s.C, false), permutes(d.C, true));
+    const PermuteFn de = permute_for(s.C, false), inter = permute_for(d.C, true);
     const T *src = static_cast<const T*>(a.in[0]), *w = static_cast<const T*>(a.in[1]);
     const float* bias = at.bias ? static_cast<const float*>(a.in[2]) : nullptr;
     Y* dst = static_cast<Y*>(a.out[0]);
@@ -305,7 +316,7 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
             float* tile = P + s.C * g.plane;
             for (int64_t item = begin; item < end; ++item) {
                 const int64_t n = item / bands, o_b = item % bands * brows, br = std::min(d.H, o_b + brows) - o_b;
-                fill_planar(src, s, perms->first, n, top, left, o_b, br + KH - 1, Wp, g.plane, P);
+                fill_planar(src, s, de, n, top, left, o_b, br + KH - 1, Wp, g.plane, P);
                 // the band's column vectors, row by row, NV at a time (the last group repeats its last vector)
                 const int64_t count = br * nv;
                 for (int64_t o0 = 0; o0 < d.C; o0 += kOutBlock) {
@@ -323,7 +334,7 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
                         f(P, g, wt, poff, toff, tile, o0, kh0, std::max(kh0, kh1), bias, clamp);
                     }
                 }
-                for (int64_t r = 0; r < br; ++r) store_row(tile + r * Wv, g.tplane, d, perms->second, dst + n * d.sn + (o_b + r) * d.sh);
+                for (int64_t r = 0; r < br; ++r) store_row(tile + r * Wv, g.tplane, d, inter, dst + n * d.sn + (o_b + r) * d.sh);
             }
         });
     });
