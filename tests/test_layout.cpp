@@ -181,25 +181,46 @@ TEST(Layout, CastsReorderInOnePassAndAllReducedGradientsStayPlain) {
 
 // A kernel that reads an input in any layout (LayoutWishes::any_inputs: the cpu's small-channel convolution
 // forward, LeNet-5's conv1) gets no reorder before it and no say in its parameter's layout: conv1.weight takes
-// its gradient's blocked format (oneDNN's backward-weights), and the forward reads that storage as it is.
+// its gradient's format, and the forward reads that storage as it is. In f32 the gradient is the cpu's own
+// backward-weights' (written in the parameter's layout); in bf16 oneDNN's (blocked), and the forward reads
+// the bf16 copy of the blocked master through a cast that keeps the layout.
 NodeId node_named(const Graph& g, const std::string& name) {
     for (size_t k = 0; k < g.num_nodes(); ++k)
         if (g.node(NodeId(k)).name == name) return NodeId(k);
     return kNone;
 }
 TEST(Layout, AReaderOfAnyLayoutGetsNoReorder) {
-    Net n = build("lenet5", 4, 0);
-    const NodeId conv1 = node_named(n.train.graph, "conv1");
-    ASSERT_NE(conv1, kNone);
-    if (!has_bit(layout_wishes(n.train.graph, conv1).any_inputs, 1)) GTEST_SKIP() << "no AVX-512: oneDNN runs conv1";
-    const LoweredGraph lg = lower(std::move(n.train), Plan{});
-    const Graph& g = lg.train.graph;
-    ASSERT_NE(node_named(g, "conv1"), kNone);
-    const Node& c = g.node(node_named(g, "conv1"));
-    const Tensor& w = g.tensor(c.inputs[1]);
-    EXPECT_EQ(w.role, TensorRole::Parameter) << "conv1 reads " << w.name;
-    EXPECT_EQ(w.desc.layout, Layout::Blocked) << "conv1.weight follows its gradient's format";
-    for (NodeId r : g.consumers(c.inputs[1])) EXPECT_NE(g.node(r).kind, OpKind::Cast) << g.node(r).name;
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+        Net n = build("lenet5", 4, 0);
+        const NodeId conv1 = node_named(n.train.graph, "conv1");
+        ASSERT_NE(conv1, kNone);
+        if (!has_bit(layout_wishes(n.train.graph, conv1).any_inputs, 1)) GTEST_SKIP() << "no AVX-512: oneDNN runs conv1";
+        BackendSet backends({.threads = 2});
+        const Plan plan = dtype == DType::F32 ? Plan{} : precision_plan(n.train, dtype, PrecisionScope::Gemm, backends.get("cpu"));
+        LowerOptions lo;
+        lo.fold_casts = false;  // the cast stays a node (folded, the update writes the bf16 copy)
+        const LoweredGraph lg = lower(std::move(n.train), plan, lo);
+        const Graph& g = lg.train.graph;
+        ASSERT_NE(node_named(g, "conv1"), kNone);
+        const TensorId read = g.node(node_named(g, "conv1")).inputs[1];
+        TensorId param = read;
+        if (dtype == DType::BF16) {  // through the cast to bf16, which keeps the layout
+            ASSERT_NE(g.tensor(read).producer, kNone) << dtype_name(dtype);
+            const Node& cast = g.node(g.tensor(read).producer);
+            ASSERT_EQ(cast.kind, OpKind::Cast) << cast.name;
+            EXPECT_FALSE(attrs_as<CastAttrs>(cast).reorder) << cast.name;
+            param = cast.inputs[0];
+        }
+        const Tensor& w = g.tensor(param);
+        EXPECT_EQ(w.role, TensorRole::Parameter) << "conv1 reads " << w.name;
+        const NodeId bw = node_named(g, "conv1.bwd_weights");
+        ASSERT_NE(bw, kNone);
+        const TensorDesc& grad = g.tensor(g.node(bw).outputs[0]).desc;
+        EXPECT_TRUE(w.desc.layout == grad.layout && w.desc.blocking == grad.blocking) << "conv1.weight follows its gradient's format, " << dtype_name(dtype);
+        EXPECT_EQ(w.desc.layout == Layout::Blocked, dtype == DType::BF16) << "oneDNN's bf16 backward-weights, the cpu's own f32 one";
+        for (NodeId r : g.consumers(read))
+            if (g.node(r).kind == OpKind::Cast) ADD_FAILURE() << g.node(r).name << " reads conv1's weight, " << dtype_name(dtype);
+    }
 }
 
 // The blocked padding of every parameter and its state is zero (oneDNN's outputs and reorders zero it, the

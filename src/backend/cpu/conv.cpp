@@ -142,7 +142,8 @@ LayoutWishes conv_layout_wishes(const Graph& g, NodeId id) {
     const engine& eng = wish_engine();
     auto desc = [&](TensorId t) { return g.tensor(t).desc; };
     if (conv_small_applies(n, desc(n.inputs[0]), desc(n.inputs[1]), desc(n.outputs[0]))) {
-        w.any_inputs = 0b10;  // joule's loops read the weight in any layout
+        // joule's loops read the weight in any layout and write its gradient in the one it has
+        if (n.kind != OpKind::ConvBackwardWeights) w.any_inputs = 0b10;
         return w;
     }
     if (n.kind == OpKind::Conv2d) {

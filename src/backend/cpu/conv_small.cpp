@@ -542,6 +542,123 @@ std::unique_ptr<Kernel> backward_data_kernel(const KernelArgs& a) {
         });
     });
 }
+
+// ---- backward-weights of a convolution with fewer output channels than a vector (LeNet-5's conv1, 1 -> 6) ----
+// dW[o][c][kh][kw] = sum over (n, oh, ow) of dY[n][o][oh][ow] x[n][c][oh + kh - top][ow + kw - left], over the
+// same planar copies as the forward: each image band's x (zero padding around it) and dY (zero columns past
+// OW) de-interleaved once, then per (c, kh) and block of OB output channels, OB x KW vector sums in registers
+// over the band's column vectors -- dY's vector of output channel o times x's row shifted by kw -- added
+// into the thread's partial sums, whose lanes and threads are summed at the end.
+constexpr int kMaxWeightWidth = 7;
+constexpr int kMaxWeightBlock = 8;
+// Output channels per block for a window KW wide: OB x KW sums, OB dY vectors and an x vector in registers.
+constexpr int weight_block_for(int KW) { return std::min(kMaxWeightBlock, 31 / (KW + 1)); }
+template <int OB, int KW>
+JOULE_V4 void dw_block(const float* X, int64_t Wp, const float* D, int64_t dplane, int64_t Wv, int64_t rows, float* part, int64_t ostride) {
+    v16 acc[OB][KW];
+#pragma GCC unroll 8
+    for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 8
+        for (int kw = 0; kw < KW; ++kw) acc[ob][kw] = v16{};
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t v = 0; v < Wv; v += kLanes) {
+            const float *xr = X + r * Wp + v, *dr = D + r * Wv + v;
+            v16 d[OB];
+#pragma GCC unroll 8
+            for (int ob = 0; ob < OB; ++ob) d[ob] = ld16(dr + ob * dplane);
+            // each shifted x row loaded once into a register (GCC would otherwise fold the load into every
+            // product: OB unaligned loads, most across two cache lines)
+            v16 x[KW];
+#pragma GCC unroll 8
+            for (int kw = 0; kw < KW; ++kw) {
+                x[kw] = ld16(xr + kw);
+                __asm__("" : "+v"(x[kw]));
+            }
+#pragma GCC unroll 8
+            for (int kw = 0; kw < KW; ++kw)
+#pragma GCC unroll 8
+                for (int ob = 0; ob < OB; ++ob) acc[ob][kw] += d[ob] * x[kw];
+        }
+#pragma GCC unroll 8
+    for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 8
+        for (int kw = 0; kw < KW; ++kw) st16(part + (ob * ostride + kw) * kLanes, ld16(part + (ob * ostride + kw) * kLanes) + acc[ob][kw]);
+}
+using DwBlockFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t);
+template <int KW, int... OB>
+constexpr DwBlockFn dw_block_for(int ob, std::integer_sequence<int, OB...>) {
+    DwBlockFn f = nullptr;
+    ((f = ob == OB + 1 && OB + 1 <= weight_block_for(KW) ? &dw_block<OB + 1, KW> : f), ...);
+    return f;
+}
+template <int... KW>
+constexpr DwBlockFn dw_block_for(int ob, int kw, std::integer_sequence<int, KW...>) {
+    DwBlockFn f = nullptr;
+    ((f = kw == KW + 1 ? dw_block_for<KW + 1>(ob, std::make_integer_sequence<int, kMaxWeightBlock>{}) : f), ...);
+    return f;
+}
+
+// The sums of dY's planar channels [0, O) (n elements each, plane apart) added into part[o].
+JOULE_V4 void bias_sums(const float* D, int64_t O, int64_t plane, int64_t n, float* part) {
+    for (int64_t o = 0; o < O; ++o) {
+        v16 s0{}, s1{};
+        int64_t i = 0;
+        for (; i + 2 * kLanes <= n; i += 2 * kLanes) s0 += ld16(D + o * plane + i), s1 += ld16(D + o * plane + i + kLanes);
+        for (; i < n; i += kLanes) s0 += ld16(D + o * plane + i);
+        st16(part + o * kLanes, ld16(part + o * kLanes) + s0 + s1);
+    }
+}
+
+// The node's kernel (f32 dY, x, dW and dB, when the node has a bias).
+std::unique_ptr<Kernel> backward_weights_kernel(const KernelArgs& a) {
+    const auto& at = attrs_as<ConvAttrs>(a.node);
+    const TensorDesc& wd = a.out_desc(0);
+    const Dims dyd = dims_of(a.in_desc(0)), s = dims_of(a.in_desc(1));
+    const int64_t O = dyd.C, C = s.C, KH = wd.shape[2], KW = wd.shape[3], top = at.pad[0], left = at.pad[1], CKK = C * KH * KW;
+    const int threads = omp_get_max_threads();
+    const int64_t Wv = (dyd.W + kLanes - 1) / kLanes * kLanes, Wp = planar_width(Wv, KW, left, s.W);
+    const int64_t brows = band_rows(dyd.N, dyd.H, KH, 1, C * Wp + O * Wv, threads), bands = (dyd.H + brows - 1) / brows;
+    // output channels in equal blocks of at most weight_block_for(KW); dY's planar copy has zero planes up to
+    // blocks x OB
+    const int64_t blocks = (O + weight_block_for(int(KW)) - 1) / weight_block_for(int(KW)), OB = (O + blocks - 1) / blocks;
+    const DwBlockFn f = dw_block_for(int(OB), int(KW), std::make_integer_sequence<int, kMaxWeightWidth>{});
+    const int64_t xplane = (brows + KH - 1) * Wp, dplane = brows * Wv, Op = blocks * OB;
+    const int64_t scratch_floats = C * xplane + Op * dplane, parts = Op * CKK + O;  // per thread: floats, partial sums
+    auto scratch = std::make_shared<std::vector<float>>(size_t(threads * (scratch_floats + parts * kLanes)));  // zero planes stay zero
+    auto offsets = std::make_shared<const std::vector<int64_t>>(storage_offsets(wd));
+    const PermuteFn de_x = permute_for(C, false), de_dy = permute_for(O, false);
+    const float *dy = static_cast<const float*>(a.in[0]), *src = static_cast<const float*>(a.in[1]);
+    float* dw = static_cast<float*>(a.out[0]);
+    float* db = at.bias ? static_cast<float*>(a.out[1]) : nullptr;
+    return std::make_unique<FunctionKernel>([=](const RunContext&) {
+        float* base = scratch->data();
+        float* parts0 = base + threads * scratch_floats;  // [thread][part][lane]
+        std::fill(parts0, parts0 + threads * parts * kLanes, 0.0f);
+        chunks(dyd.N * bands, threads, [&](int t, int64_t begin, int64_t end) {
+            float* X = base + t * scratch_floats;
+            float* D = X + C * xplane;
+            float* part = parts0 + t * parts * kLanes;
+            for (int64_t item = begin; item < end; ++item) {
+                const int64_t n = item / bands, o_b = item % bands * brows, br = std::min(dyd.H, o_b + brows) - o_b;
+                fill_planar(src, s, de_x, n, top, left, o_b, br + KH - 1, Wp, xplane, X);
+                fill_planar(dy, dyd, de_dy, n, 0, 0, o_b, br, Wv, dplane, D);
+                for (int64_t c = 0; c < C; ++c)
+                    for (int64_t kh = 0; kh < KH; ++kh)
+                        for (int64_t o0 = 0; o0 < O; o0 += OB)
+                            f(X + c * xplane + kh * Wp, Wp, D + o0 * dplane, dplane, Wv, br, part + ((o0 * C + c) * KH + kh) * KW * kLanes, CKK);
+                if (db) bias_sums(D, O, dplane, br * Wv, part + Op * CKK * kLanes);
+            }
+        });
+        // the partial sums' lanes and threads, into dW (through its storage offsets) and dB
+        auto total = [&](int64_t i) {
+            v16 sum{};
+            for (int t = 0; t < threads; ++t) sum += ld16(parts0 + (t * parts + i) * kLanes);
+            return hsum(sum);
+        };
+        for (int64_t i = 0; i < O * CKK; ++i) dw[(*offsets)[size_t(i)]] = total(i);
+        for (int64_t o = 0; db && o < O; ++o) db[o] = total(Op * CKK + o);
+    });
+}
 #endif
 }  // namespace
 
@@ -549,10 +666,16 @@ bool conv_small_applies(const Node& n, const TensorDesc& in, const TensorDesc& w
 #if defined(__x86_64__)
     const auto& a = attrs_as<ConvAttrs>(n);
     if (!kHasV4 || a.groups != 1 || a.stride[0] != 1 || a.stride[1] != 1 || a.dilation[0] != 1 || a.dilation[1] != 1) return false;
-    if (in.layout == Layout::Blocked || out.layout == Layout::Blocked || w.dtype != in.dtype) return false;
+    // activations in plain layouts (dW in any: written through its storage offsets)
+    const bool weights = n.kind == OpKind::ConvBackwardWeights;
+    if (in.layout == Layout::Blocked || (out.layout == Layout::Blocked && !weights) || (w.layout == Layout::Blocked && weights) || w.dtype != in.dtype)
+        return false;
     const bool types = (in.dtype == DType::F32 && out.dtype == DType::F32) || (in.dtype == DType::BF16 && (out.dtype == DType::BF16 || out.dtype == DType::F32));
     if (!types) return false;
     if (n.kind == OpKind::Conv2d) return out.shape[1] <= kMaxSmallChannels;  // (x, w) -> y, any plain layout
+    // (dY, x) -> dW: few output channels, a window within the blocks; f32 only (oneDNN's bf16 backward-weights
+    // runs at twice its f32 speed here, and ahead of this loop over bf16 widened to f32)
+    if (weights) return in.dtype == DType::F32 && in.shape[1] <= kMaxSmallChannels && out.shape[3] <= kMaxWeightWidth;
     // (dY, w) -> dX, both nhwc: whole vectors of dY's channels, dX's within the register blocks
     return n.kind == OpKind::ConvBackwardData && in.layout == Layout::ChannelsLast && out.layout == Layout::ChannelsLast &&
            in.shape[1] % kLanes == 0 && out.shape[1] <= kMaxDataChannels && (in.dtype == DType::F32 || kHasBf16Dot);
@@ -566,6 +689,7 @@ std::unique_ptr<Kernel> make_conv_small(const KernelArgs& a) {
 #if defined(__x86_64__)
     if (!conv_small_applies(a.node, a.in_desc(0), a.in_desc(1), a.out_desc(0))) return nullptr;
     const bool f32 = a.in_desc(0).dtype == DType::F32, f32_out = a.out_desc(0).dtype == DType::F32;
+    if (a.node.kind == OpKind::ConvBackwardWeights) return backward_weights_kernel(a);
     if (a.node.kind == OpKind::ConvBackwardData)
         return f32 ? backward_data_kernel<float, float>(a) : f32_out ? backward_data_kernel<uint16_t, float>(a) : backward_data_kernel<uint16_t, uint16_t>(a);
     return f32 ? forward_kernel<float, float>(a) : f32_out ? forward_kernel<uint16_t, float>(a) : forward_kernel<uint16_t, uint16_t>(a);
