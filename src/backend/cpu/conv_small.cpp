@@ -1,27 +1,29 @@
 // Convolutions with fewer channels than a vector holds, as loops of joule's own (LeNet-5's conv1, 1 -> 6
-// channels, and conv2's backward-data, 16 -> 6). In nhwc an AVX-512 vector holds 16 channels, so oneDNN 2.6
-// leaves most lanes idle there (LeNet-5 b64 f32: conv1's forward at ~45 GFLOP/s against a ~375 f32 GEMM peak;
-// conv2's backward-data at ~85 against ~190 on a busy machine).
+// channels, forward and backward-weights, and conv2's backward-data, 16 -> 6). In nhwc an AVX-512 vector
+// holds 16 channels, so oneDNN 2.6 leaves most lanes idle there (LeNet-5 b64 f32: conv1's forward at ~45
+// GFLOP/s against a ~375 f32 GEMM peak; conv2's backward-data at ~85 against ~190 on a busy machine).
 // The forward (fewer than 16 output channels) vectorises over image columns instead: each image band is copied
 // once into planar f32 scratch (a channel's rows side by side, zero padding around them, so a tap (kh, kw) is
 // one unaligned load of 16 columns; nhwc pixels de-interleaved 16 at a time with vpermt2ps), then
 // out[o][r][w..w+16) += wt[c][kh][kw][o] x[c][r+kh][w+kw..] with OB output channels x NV column vectors in
 // registers and the weight a broadcast, rows of zero padding skipped, bias and the fused ReLU / ReLU6 applied
 // in registers, and each output row interleaved back into the tensor's layout.
-// The backward-data into at most 8 channels from whole vectors of dY's (nhwc) keeps a vector of partial sums
-// over dY's channels per (input pixel, channel) and sums their lanes at the end (below, before dx_block); in
-// bf16 with AVX512_BF16's dot product over pairs of taps.
-// Both: stride 1, no dilation, one group, f32 arithmetic over f32 or bf16 storage, x86-64-v4 only; elsewhere
-// oneDNN runs them (conv_small_applies). The weight is read in whatever layout it is stored (a blocked one
-// through its offsets), gathered at each run into the loop's own table.
-// Tried and left on oneDNN, measured (LeNet-5 b64, node times, old and new binaries alternating in one run):
-// the backward-data as this forward over dY padded by K - 1 - pad (conv2's, 16 -> 6 channels: 0.94-1.0x
-// oneDNN; the padding's zeros are multiplied too); the backward-weights as column-vector sums over planar dY
-// and x (conv1's: 0.95x; de-interleaving dY costs as much as the products), and over dY's nhwc rows as stored
-// against x expanded 6-fold so that each lane meets its pixel's input (git stash "conv-small-flat": f32
-// 0.96-1.04x, bf16 0.6x -- oneDNN's bf16 backward-weights is twice its f32 speed here); the forward and the
-// backward-data over such expanded rows (no faster than this forward; the backward-data 0.35x: expanding 16
-// channels of dY costs as much as the products).
+// The backward-weights (fewer than 16 output channels) sums dY's planar rows against x's shifted ones over
+// the same copies; the backward-data into at most 8 channels from whole vectors of dY's (nhwc) keeps a
+// vector of partial sums over dY's channels per (input pixel, channel) and sums their lanes at the end.
+// All: stride 1, no dilation, one group, x86-64-v4 only; the forward in f32 arithmetic over f32 or bf16
+// storage, the backward ones f32 (oneDNN's bf16 ones run at twice its f32 speed here, within noise of these
+// loops); elsewhere oneDNN runs them (conv_small_applies). The weight is read in whatever layout it is
+// stored (a blocked one through its offsets), gathered at each run into the loop's own table, and dW is
+// written in the layout it has.
+// Tried and left on oneDNN, measured (LeNet-5, node times, old and new binaries alternating in one run):
+// the backward-data as this forward over dY padded by K - 1 - pad (conv2's: 0.94-1.0x oneDNN; the padding's
+// zeros are multiplied too); the backward-weights over dY's nhwc rows as stored against x expanded 6-fold so
+// that each lane meets its pixel's input (git stash "conv-small-flat": f32 0.96-1.04x, bf16 0.6x); the
+// forward and the backward-data over such expanded rows (no faster; 0.35x). For 16 output channels (conv2,
+// 6 -> 16) as whole vectors with x's values broadcast: the forward (git stash "wide-forward": f32 193 -> 211
+// us, bf16 with channel pairs in vdpbf16ps 132 -> 134) and the backward-weights ("wide-bwd-w": b64 171 ->
+// 149, b16 40.5 -> 42.9) -- oneDNN's run near this machine's FMA rate there already.
 #include <immintrin.h>
 
 #include <cstring>
@@ -346,7 +348,9 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
 // sums over o: P pixels x C channels of them in registers, the C weight vectors of a tap (table
 // wt[kh][kw][o / 16][c][o % 16]) shared by the P pixels, taps that leave dY skipped rather than multiplied by
 // padding. The P x C vectors are then summed across their lanes 16 at a time (sums16) into dX's P x C
-// contiguous values.
+// contiguous values. f32 only: in bf16, this loop over widened dY and a variant pairing adjacent taps in
+// AVX512_BF16's vdpbf16ps (half the products) both ran within noise of oneDNN's bf16 backward-data (LeNet-5
+// b64, 2 threads, min of 15: 193 -> 184 us; b16: 52 -> 57; one thread 365 -> 311).
 
 // Lane l of the result: the sum of v[l]'s lanes. Four levels of shuffles and adds, each halving the
 // partial sums per vector; they leave the sum of input i in lane kSumLane[i], an involution, so the inputs
@@ -374,8 +378,8 @@ JOULE_INLINE JOULE_V4 v16 sums16(const v16* v) {
 }
 
 // The first n of K vectors' lane sums into dx (n contiguous values).
-template <int K, class Y>
-JOULE_INLINE JOULE_V4 void store_sums(const v16* acc, int64_t n, Y* dx) {
+template <int K>
+JOULE_INLINE JOULE_V4 void store_sums(const v16* acc, int64_t n, float* dx) {
 #pragma GCC unroll 4
     for (int g = 0; g < (K + kLanes - 1) / kLanes; ++g) {
         v16 v[kLanes];
@@ -392,18 +396,18 @@ constexpr int pixels_for(int C) { return std::min(16, (31 - C) / C); }
 // P (at most; pw here) pixels of one dX row from column iw = ow0 - left on, into dx (pw x C values): taps kh
 // in [kh0, kh1) read dY row oh0 - kh of image dy (rows sh, pixels sw apart; OW columns), tap kw pixel j reads
 // dY column ow0 + j - kw where that is within [0, OW).
-template <int C, int P, class T, class Y>
-JOULE_V4 void dx_block(const T* dy, int64_t sh, int64_t sw, int64_t OW, int64_t OB, int64_t KW, int64_t oh0, int64_t kh0, int64_t kh1,
-                       int64_t ow0, int64_t pw, const float* wt, Y* dx) {
+template <int C, int P>
+JOULE_V4 void dx_block(const float* dy, int64_t sh, int64_t sw, int64_t OW, int64_t OB, int64_t KW, int64_t oh0, int64_t kh0, int64_t kh1,
+                       int64_t ow0, int64_t pw, const float* wt, float* dx) {
     v16 acc[P * C];
 #pragma GCC unroll 64
     for (int k = 0; k < P * C; ++k) acc[k] = v16{};
     for (int64_t kh = kh0; kh < kh1; ++kh) {
-        const T* row = dy + (oh0 - kh) * sh;
+        const float* row = dy + (oh0 - kh) * sh;
         for (int64_t kw = 0; kw < KW; ++kw) {
             const int64_t jlo = std::max<int64_t>(0, kw - ow0), jhi = std::min(pw, OW + kw - ow0);
             const float* wk = wt + (kh * KW + kw) * OB * C * kLanes;
-            const T* px = row + (ow0 - kw) * sw;
+            const float* px = row + (ow0 - kw) * sw;
             for (int64_t ob = 0; ob < OB; ++ob, wk += C * kLanes, px += kLanes) {
                 v16 w[C];
 #pragma GCC unroll 16
@@ -429,108 +433,38 @@ JOULE_V4 void dx_block(const T* dy, int64_t sh, int64_t sw, int64_t OW, int64_t 
     }
     store_sums<P * C>(acc, pw * C, dx);
 }
-template <class T, class Y>
-using DxBlockFn = void (*)(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, Y*);
-template <class T, class Y, int... C>
-constexpr DxBlockFn<T, Y> dx_block_for(int c, std::integer_sequence<int, C...>) {
-    DxBlockFn<T, Y> f = nullptr;
-    ((f = c == C + 1 ? &dx_block<C + 1, pixels_for(C + 1), T, Y> : f), ...);
+using DxBlockFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, float*);
+template <int... C>
+constexpr DxBlockFn dx_block_for(int c, std::integer_sequence<int, C...>) {
+    DxBlockFn f = nullptr;
+    ((f = c == C + 1 ? &dx_block<C + 1, pixels_for(C + 1)> : f), ...);
     return f;
 }
 
-// bf16 dY and w where the CPU has AVX512_BF16 (vdpbf16ps: lane i += a[2i] b[2i] + a[2i + 1] b[2i + 1], in
-// f32): taps pair up (2p + 1, 2p), whose dY columns q and q + 1 are adjacent, so one product covers 16
-// output channels of two taps -- the low 8 lanes channel pairs of column q, the high 8 of column q + 1, all
-// summed in the end anyway. Table wp[kh][p][o / 16][c][32] in bf16: tap 2p + 1's 16 channels, then tap 2p's
-// (zeros past KW). A column outside dY (or a missing tap) is a zero-masked load, never read.
-#define JOULE_V4_BF16 __attribute__((target("arch=x86-64-v4,avx512bf16")))
-inline const bool kHasBf16Dot = kHasV4 && __builtin_cpu_supports("avx512bf16");
-// Columns q and q + 1 (sw apart) of dY's 16 channels at q, under a mask of their 32 values.
-JOULE_INLINE JOULE_V4_BF16 __m512i ld_columns(const uint16_t* q, int64_t sw, uint32_t m) {
-    if (sw == kLanes) return _mm512_maskz_loadu_epi16(m, q);  // adjacent
-    typedef long long i64x4 __attribute__((vector_size(32)));
-    const i64x4 a = i64x4(_mm256_maskz_loadu_epi16(__mmask16(m), q)), b = i64x4(_mm256_maskz_loadu_epi16(__mmask16(m >> 16), q + sw));
-    return __m512i(__builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7));
-}
-template <int C, int P, class Y>
-JOULE_V4_BF16 void dx_block_bf16(const uint16_t* dy, int64_t sh, int64_t sw, int64_t OW, int64_t OB, int64_t KW, int64_t oh0, int64_t kh0,
-                                 int64_t kh1, int64_t ow0, int64_t pw, const uint16_t* wp, Y* dx) {
-    v16 acc[P * C];
-#pragma GCC unroll 64
-    for (int k = 0; k < P * C; ++k) acc[k] = v16{};
-    const int64_t pairs = (KW + 1) / 2;
-    for (int64_t p = 0; p < pairs; ++p) {
-        // pixel j reads columns q = ow0 + j - 2p - 1 (tap 2p + 1, if any) and q + 1 (tap 2p): the mask of each
-        uint32_t m[P];
-        const int64_t q0 = ow0 - 2 * p - 1;
-#pragma GCC unroll 16
-        for (int j = 0; j < P; ++j) {
-            const int64_t q = q0 + j;
-            const bool lo = j < pw && 2 * p + 1 < KW && q >= 0 && q < OW, hi = j < pw && q + 1 >= 0 && q + 1 < OW;
-            m[j] = (lo ? 0xffffu : 0u) | (hi ? 0xffff0000u : 0u);
-        }
-        for (int64_t kh = kh0; kh < kh1; ++kh) {
-            const uint16_t* wk = wp + (kh * pairs + p) * OB * C * 2 * kLanes;
-            const uint16_t* px = dy + (oh0 - kh) * sh + q0 * sw;
-            for (int64_t ob = 0; ob < OB; ++ob, wk += C * 2 * kLanes, px += kLanes) {
-                __m512i w[C];
-#pragma GCC unroll 16
-                for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(wk + c * 2 * kLanes);
-#pragma GCC unroll 16
-                for (int j = 0; j < P; ++j) {
-                    if (!m[j]) continue;
-                    const __m512bh y = (__m512bh)ld_columns(px + j * sw, sw, m[j]);
-#pragma GCC unroll 16
-                    for (int c = 0; c < C; ++c) acc[j * C + c] = v16(_mm512_dpbf16_ps(__m512(acc[j * C + c]), y, (__m512bh)w[c]));
-                }
-            }
-        }
-    }
-    store_sums<P * C>(acc, pw * C, dx);
-}
-template <class Y>
-using DxBlockBf16Fn = void (*)(const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               const uint16_t*, Y*);
-template <class Y, int... C>
-constexpr DxBlockBf16Fn<Y> dx_block_bf16_for(int c, std::integer_sequence<int, C...>) {
-    DxBlockBf16Fn<Y> f = nullptr;
-    ((f = c == C + 1 ? &dx_block_bf16<C + 1, pixels_for(C + 1), Y> : f), ...);
-    return f;
-}
-
-// The node's kernel for storage types T (dY, w) and Y (dX). Its table (f32 taps, or bf16 tap pairs) is gathered
-// at each run from the weight as stored, before the rows.
-template <class T, class Y>
+// The node's kernel (f32 dY, w and dX). Its table is gathered at each run from the weight as stored, before
+// the rows.
 std::unique_ptr<Kernel> backward_data_kernel(const KernelArgs& a) {
-    constexpr bool bf16 = std::is_same_v<T, uint16_t>;
     const auto& at = attrs_as<ConvAttrs>(a.node);
     const TensorDesc& wd = a.in_desc(1);
     const Dims yd = dims_of(a.in_desc(0)), xd = dims_of(a.out_desc(0));
     const int64_t KH = wd.shape[2], KW = wd.shape[3], C = xd.C, OB = yd.C / kLanes, top = at.pad[0], left = at.pad[1];
-    const int64_t taps = bf16 ? (KW + 1) / 2 * 2 : KW;  // per table row (bf16: whole pairs)
     const int P = pixels_for(int(C));
-    const auto f = [&] {
-        if constexpr (bf16) return dx_block_bf16_for<Y>(int(C), std::make_integer_sequence<int, kMaxDataChannels>{});
-        else return dx_block_for<T, Y>(int(C), std::make_integer_sequence<int, kMaxDataChannels>{});
-    }();
-    // the table's element i is the weight's element at storage offset from[i] (-1: zero). f32: wt[kh][kw][o /
-    // 16][c][o % 16]; bf16: wt[kh][kw / 2][o / 16][c][(1 - kw % 2) * 16 + o % 16] (o % 16 as the pair (o % 16 / 2,
-    // o % 2) of its 8-lane half), zero where kw = KW
-    auto from = std::make_shared<std::vector<int64_t>>(size_t(KH * taps * yd.C * C), -1);
+    const DxBlockFn f = dx_block_for(int(C), std::make_integer_sequence<int, kMaxDataChannels>{});
+    // the table wt[kh][kw][o / 16][c][o % 16]: element i is the weight's element at storage offset from[i]
+    auto from = std::make_shared<std::vector<int64_t>>(size_t(KH * KW * yd.C * C));
     const std::vector<int64_t> offsets = storage_offsets(wd);
     for (int64_t o = 0; o < yd.C; ++o)
         for (int64_t c = 0; c < C; ++c)
             for (int64_t kh = 0; kh < KH; ++kh)
-                for (int64_t kw = 0; kw < KW; ++kw) {
-                    const int64_t slot = bf16 ? kh * taps / 2 + kw / 2 : kh * KW + kw, lane = bf16 ? (1 - kw % 2) * kLanes + o % kLanes : o % kLanes;
-                    (*from)[size_t(((slot * OB + o / kLanes) * C + c) * (bf16 ? 2 : 1) * kLanes + lane)] = offsets[size_t(((o * C + c) * KH + kh) * KW + kw)];
-                }
-    auto table = std::make_shared<std::vector<T>>(from->size());
-    const T *dy = static_cast<const T*>(a.in[0]), *w = static_cast<const T*>(a.in[1]);
-    Y* dx = static_cast<Y*>(a.out[0]);
+                for (int64_t kw = 0; kw < KW; ++kw)
+                    (*from)[size_t((((kh * KW + kw) * OB + o / kLanes) * C + c) * kLanes + o % kLanes)] = offsets[size_t(((o * C + c) * KH + kh) * KW + kw)];
+    auto table = std::make_shared<std::vector<float>>(from->size());
+    const float* dy = static_cast<const float*>(a.in[0]);
+    const float* w = static_cast<const float*>(a.in[1]);
+    float* dx = static_cast<float*>(a.out[0]);
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
-        T* wt = table->data();
-        for (size_t i = 0; i < from->size(); ++i) wt[i] = (*from)[i] < 0 ? T(0) : w[(*from)[i]];
+        float* wt = table->data();
+        for (size_t i = 0; i < from->size(); ++i) wt[i] = w[(*from)[i]];
         parallel_chunks(xd.N * xd.H, [&](int64_t begin, int64_t end) {
             for (int64_t r = begin; r < end; ++r) {
                 const int64_t n = r / xd.H, ih = r % xd.H, oh0 = ih + top;
@@ -678,7 +612,7 @@ bool conv_small_applies(const Node& n, const TensorDesc& in, const TensorDesc& w
     if (weights) return in.dtype == DType::F32 && in.shape[1] <= kMaxSmallChannels && out.shape[3] <= kMaxWeightWidth;
     // (dY, w) -> dX, both nhwc: whole vectors of dY's channels, dX's within the register blocks
     return n.kind == OpKind::ConvBackwardData && in.layout == Layout::ChannelsLast && out.layout == Layout::ChannelsLast &&
-           in.shape[1] % kLanes == 0 && out.shape[1] <= kMaxDataChannels && (in.dtype == DType::F32 || kHasBf16Dot);
+           in.shape[1] % kLanes == 0 && out.shape[1] <= kMaxDataChannels && in.dtype == DType::F32;
 #else
     (void)n, (void)in, (void)w, (void)out;
     return false;
@@ -691,7 +625,7 @@ std::unique_ptr<Kernel> make_conv_small(const KernelArgs& a) {
     const bool f32 = a.in_desc(0).dtype == DType::F32, f32_out = a.out_desc(0).dtype == DType::F32;
     if (a.node.kind == OpKind::ConvBackwardWeights) return backward_weights_kernel(a);
     if (a.node.kind == OpKind::ConvBackwardData)
-        return f32 ? backward_data_kernel<float, float>(a) : f32_out ? backward_data_kernel<uint16_t, float>(a) : backward_data_kernel<uint16_t, uint16_t>(a);
+        return backward_data_kernel(a);
     return f32 ? forward_kernel<float, float>(a) : f32_out ? forward_kernel<uint16_t, float>(a) : forward_kernel<uint16_t, uint16_t>(a);
 #else
     (void)a;
