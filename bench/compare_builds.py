@@ -14,7 +14,10 @@ database, read back with `joule profile --report --json`. Reported (median over 
   nodes' time in the old build plus the old build's forward activations that the new build no longer runs;
 - activation backward: ReluBackward + Relu6Backward;
 - tensors: `joule train --json`'s buffer_bytes (the memory plan's size; deterministic);
-- with --by-op: per op (`Conv2d+Relu`, `AdamUpdate`, ...) the summed time of its nodes in each build.
+- with --by-op: per op (`Conv2d+Relu`, `AdamUpdate`, ...) the summed time of its nodes in each build;
+- with --nodes TEXT: per node whose name contains TEXT (`conv`), its time in microseconds, the minimum over
+  repeats (a node's time is less noisy than the step's: the best run is the one the shared machine left
+  alone), and the step's minimum beside it.
 --json FILE writes the rows.
 """
 import argparse
@@ -58,6 +61,7 @@ def main():
     ap.add_argument('--repeats', type=int, default=2)
     ap.add_argument('--iters', type=int, default=5)
     ap.add_argument('--by-op', action='store_true')
+    ap.add_argument('--nodes', metavar='TEXT', help='per-node minimum times of nodes whose name contains TEXT')
     ap.add_argument('--json')
     ap.add_argument('configs', nargs='+', metavar='net:batch:dtype')
     args = ap.parse_args()
@@ -102,6 +106,21 @@ def main():
         if args.by_op:
             for op, (old_ms, new_ms) in sorted(row['by_op_ms'].items(), key=lambda kv: -kv[1][0]):
                 print(f"    {op:32s} {old_ms:9.3f} -> {new_ms:9.3f} ms")
+        if args.nodes is not None:
+            def best(build, name):  # None: no such node in that build
+                times = [[n['seconds'] for n in c['nodes'] if n['node'] == name] for c in runs[build]]
+                return 1e6 * min(sum(t) for t in times) if times[0] else None
+
+            def us(t):
+                return f"{t:9.1f}" if t is not None else f"{'-':>9s}"
+
+            names = [n['node'] for n in runs['old'][0]['nodes'] if args.nodes in n['node']]
+            names += [n['node'] for n in runs['new'][0]['nodes'] if args.nodes in n['node'] and n['node'] not in names]
+            row['nodes_min_us'] = {name: [best(b, name) for b in ('old', 'new')] for name in names}
+            row['step_min_ms'] = [1e3 * min(c['step_seconds'] for c in runs[b]) for b in ('old', 'new')]
+            print(f"    {'step (min)':32s} {row['step_min_ms'][0] * 1e3:9.1f} -> {row['step_min_ms'][1] * 1e3:9.1f} us")
+            for name, (old_us, new_us) in row['nodes_min_us'].items():
+                print(f"    {name:32s} {us(old_us)} -> {us(new_us)} us")
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(rows, f, indent=1)
