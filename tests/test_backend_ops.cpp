@@ -166,17 +166,18 @@ std::vector<Case> make_cases() {
     add_conv_cases(cs, "grouped_dilated_nhwc", nhwc({2, 4, 7, 6}), {6, 2, 3, 3}, conv(2, 1, 1, 2, 1, 2, 2, true));
     add_conv_cases(cs, "plain_nobias", plain({1, 3, 5, 5}), {4, 3, 2, 2}, conv(1, 1, 0, 0, 1, 1, 1, false));
     add_conv_cases(cs, "strided_nhwc", nhwc({2, 3, 9, 8}), {5, 3, 3, 3}, conv(2, 2, 1, 1, 1, 1, 1, true));
-    // forwards with fewer than 16 output channels, stride 1 (the cpu's loop of its own, conv_small.cpp): LeNet-5's
-    // conv1 (3 images on 2 threads: bands of rows, a short last one; 19 columns: a vector and a tail); 11 output
-    // channels (blocks of 8 and 3) over 3 input channels, a 7x7 window with unequal padding, 33 output columns;
-    // 17 input channels (more than one de-interleaving permute covers)
+    // forwards and (f32) backward-weights with fewer than 16 output channels, stride 1 (the cpu's loops of its
+    // own, conv_small.cpp): LeNet-5's conv1 (3 images on 2 threads: bands of rows, a short last one; 19 columns:
+    // a vector and a tail); 11 output channels (blocks of 8 and 3; backward-weights: 4 of 3, one zero plane) over 3
+    // input channels, a 7x7 window with unequal padding, 33 output columns; 17 input channels (more than one
+    // de-interleaving permute covers)
     add_conv_cases(cs, "small_lenet", nhwc({3, 1, 21, 19}), {6, 1, 5, 5}, conv(1, 1, 2, 2, 1, 1, 1, true));
     add_conv_cases(cs, "small_wide", nhwc({1, 3, 6, 37}), {11, 3, 7, 7}, conv(1, 1, 3, 1, 1, 1, 1, false));
     add_conv_cases(cs, "small_17in", nhwc({2, 17, 5, 6}), {4, 17, 3, 3}, conv(1, 1, 1, 1, 1, 1, 1, true));
-    // backward-data into at most 8 channels from whole vectors of dY's (conv_small.cpp's other loop): LeNet-5's
-    // conv2 (6 channels: blocks of 4 pixels, 13 columns leave a block of 1; a 10x9 dY leaves most input pixels
-    // short of taps); 32 output channels (two vectors per dY pixel) into 3 with unequal padding (taps past
-    // every edge); one channel into 16-pixel blocks with a tail
+    // backward-data (f32) into at most 8 channels from whole vectors of dY's (conv_small.cpp's third loop):
+    // LeNet-5's conv2 (6 channels: blocks of 4 pixels, 13 columns leave a block of 1; a 10x9 dY leaves most
+    // input pixels short of taps); 32 output channels (two vectors per dY pixel) into 3 with unequal padding
+    // (taps past every edge); one channel into 16-pixel blocks with a tail
     add_conv_cases(cs, "small_dx_lenet", nhwc({3, 6, 14, 13}), {16, 6, 5, 5}, conv(1, 1, 0, 0, 1, 1, 1, true));
     add_conv_cases(cs, "small_dx_pad", nhwc({2, 3, 7, 9}), {32, 3, 3, 4}, conv(1, 1, 2, 1, 1, 1, 1, false));
     add_conv_cases(cs, "small_dx_1c", nhwc({2, 1, 5, 21}), {16, 1, 3, 3}, conv(1, 1, 1, 1, 1, 1, 1, true));

@@ -624,8 +624,7 @@ std::unique_ptr<Kernel> make_conv_small(const KernelArgs& a) {
     if (!conv_small_applies(a.node, a.in_desc(0), a.in_desc(1), a.out_desc(0))) return nullptr;
     const bool f32 = a.in_desc(0).dtype == DType::F32, f32_out = a.out_desc(0).dtype == DType::F32;
     if (a.node.kind == OpKind::ConvBackwardWeights) return backward_weights_kernel(a);
-    if (a.node.kind == OpKind::ConvBackwardData)
-        return backward_data_kernel(a);
+    if (a.node.kind == OpKind::ConvBackwardData) return backward_data_kernel(a);
     return f32 ? forward_kernel<float, float>(a) : f32_out ? forward_kernel<uint16_t, float>(a) : forward_kernel<uint16_t, uint16_t>(a);
 #else
     (void)a;

@@ -156,9 +156,9 @@ private:
 
 std::unique_ptr<Kernel> make_conv(const KernelArgs& a);
 LayoutWishes conv_layout_wishes(const Graph& g, NodeId n);  // CpuBackend::layout_wishes of a convolution node
-// A convolution's forward whose output channels do not fill a vector, or its backward-data into such
-// channels (conv_small.cpp): whether a loop of joule's own runs node n (in, w, out: its first input, weight
-// and output), and its kernel, or null where it does not.
+// A convolution with fewer channels than a vector holds (conv_small.cpp: the forward and backward-weights
+// with fewer output channels, the backward-data into fewer input channels): whether a loop of joule's own
+// runs node n (in, w, out: its first two inputs and first output), and its kernel, or null where it does not.
 bool conv_small_applies(const Node& n, const TensorDesc& in, const TensorDesc& w, const TensorDesc& out);
 std::unique_ptr<Kernel> make_conv_small(const KernelArgs& a);
 std::unique_ptr<Kernel> make_linear(const KernelArgs& a);
