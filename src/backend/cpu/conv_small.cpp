@@ -355,7 +355,6 @@ std::unique_ptr<Kernel> forward_kernel(const KernelArgs& a) {
 // Lane l of the result: the sum of v[l]'s lanes. Four levels of shuffles and adds, each halving the
 // partial sums per vector; they leave the sum of input i in lane kSumLane[i], an involution, so the inputs
 // are read through it.
-typedef int32_t i32x16 __attribute__((vector_size(64)));
 JOULE_INLINE JOULE_V4 v16 sums16(const v16* v) {
     constexpr int kSumLane[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
     v16 b[8], c[4], d[2];

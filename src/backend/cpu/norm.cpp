@@ -103,7 +103,6 @@ inline float act_grad(float dy, float y, float hi) { return dy * float((y > 0.0f
 // integer arithmetic on
 // d = max(min(y, hi - y), 0) + 0, which is +0 exactly where f'(y) = 0: (bits | -bits) >> 31 is all ones
 // iff bits != 0.
-typedef int32_t i32x16 __attribute__((vector_size(64)));
 JOULE_INLINE v16 act_grad(v16 dy, v16 y, v16 hi) {
     const v16 zero = {}, t = hi - y, m = y < t ? y : t, d = (m > zero ? m : zero) + zero;
     const i32x16 bits = i32x16(d), mask = (bits | -bits) >> 31;

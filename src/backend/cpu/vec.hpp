@@ -24,6 +24,7 @@ inline const bool kHasV4 = false;
 constexpr int64_t kLanes = 16;
 typedef float v16 __attribute__((vector_size(64)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 JOULE_INLINE v16 ld16(const float* p) {
     v16 v;
