@@ -38,7 +38,8 @@ NodeCost node_cost(const Graph& g, NodeId id) {
     if (n.pre_op != OpKind::Count) {  // a folded backward node: its arithmetic; its second input is one of the node's inputs
         Node act;
         act.kind = n.pre_op;
-        c.flops += op_info(act.kind).flops(act, {in[0], in.back()}, {in[0]});
+        c.flops += op_info(act.kind).flops(act, {in[0], in[0]}, {in[0]});
+        if (recomputes_activation(n)) c.flops += 2 * double(in[0].numel());  // recomputing Y: a multiply-add per element
     }
     return c;
 }

@@ -65,9 +65,14 @@ std::vector<TensorDesc> Graph::infer(const Node& node, const std::string& where)
     if (node.pre_op != OpKind::Count) {
         if (!fusable_backward(node.pre_op, node.kind))
             throw Error(where + ": cannot take " + op_name(node.pre_op) + " as a folded backward node");
-        if (!(in.back() == in.front()))
+        if (recomputes_activation(node)) {  // beta, read beside gamma
+            if (!(in.back() == in[2]))
+                throw Error(where + ": the folded " + op_name(node.pre_op) + " recomputes its Y from beta, given " + desc_str(in.back()) +
+                            " beside gamma " + desc_str(in[2]) + " (the two must match)");
+        } else if (!(in.back() == in.front())) {
             throw Error(where + ": the folded " + op_name(node.pre_op) + " reads " + desc_str(in.back()) + " beside " + desc_str(in.front()) +
                         " (the two must match)");
+        }
         in.pop_back();
     }
     try {
@@ -124,8 +129,7 @@ DType operand_dtype(const Graph& g, NodeId n, TensorId t, bool output, size_t in
     if (!is_float(d) || kind == OpKind::Transfer) return d;  // a transfer moves the dtype it is given
     if (kind == OpKind::Cast) return output ? compute : d;   // a cast reads its source dtype, writes `compute`
     if (!output && int(index) == low_copy_input(g.node(n))) return DType::BF16;
-    const OpInfo& info = op_info(kind);
-    return has_bit(output ? info.f32_outputs : info.f32_inputs, index) ? DType::F32 : compute;
+    return (output ? has_bit(op_info(kind).f32_outputs, index) : f32_input(g.node(n), index)) ? DType::F32 : compute;
 }
 
 Graph node_alone(const Graph& g, NodeId id, DType compute) {

@@ -114,6 +114,10 @@ uint64_t dropout_stream(const Node& n) {
     for (unsigned char c : n.name) h = (h ^ c) * 0x100000001b3ULL;
     return mix64(attrs_as<DropoutAttrs>(n).seed ^ h);
 }
+bool recomputes_activation(const Node& n) {
+    return n.kind == OpKind::BatchNormBackward && n.pre_op != OpKind::Count && attrs_as<NormAttrs>(n).recompute_act;
+}
+bool f32_input(const Node& n, size_t i) { return has_bit(op_info(n.kind).f32_inputs, i) || (recomputes_activation(n) && i + 1 == n.inputs.size()); }
 const char* op_name(OpKind k) { return op_info(k).name; }
 
 const char* category_name(OpCategory c) {

@@ -77,6 +77,12 @@ struct MatMulAttrs {
 struct NormAttrs {
     float eps = 1e-5f;
     float momentum = 0.1f;  // running-statistics update factor (BatchNorm)
+    // BatchNormBackward with its activation's backward folded in (Node::pre_op), set by plan/'s fuse pass
+    // where the forward is a batch norm with that activation fused in, reading the same X, gamma and batch
+    // statistics: the node's last input is then the forward's shift beta instead of the activation's output
+    // Y, and Y is recomputed as the forward computed it, act(gamma (X - mean) / sqrt(var + eps) + beta) in
+    // X's dtype -- a read of Y per pass traded for a multiply-add, and Y no longer kept for the backward.
+    bool recompute_act = false;
 };
 struct AxisAttrs {
     int64_t axis = 1;  // Concat axis, Softmax axis
@@ -228,11 +234,12 @@ inline bool gemm_may_write_f32(OpKind k) {
            k == OpKind::LinearBackwardData || k == OpKind::MatMul;
 }
 // Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
-// own loops: batch norm's backward with an activation's backward folded in, GELU and its backward; the
-// reference stores any dtype): plan/'s fuse pass folds a Cast that follows one into it, so the f32 tensor
-// is neither written nor read.
-inline bool stores_output_low(OpKind kind, OpKind pre_op) {
+// own loops: batch norm with an activation fused in, batch norm's backward with an activation's backward
+// folded in, GELU and its backward; the reference stores any dtype): plan/'s fuse pass folds a Cast that
+// follows one into it, so the f32 tensor is neither written nor read.
+inline bool stores_output_low(OpKind kind, OpKind pre_op, OpKind post_op) {
     switch (kind) {
+        case OpKind::BatchNorm2d: return post_op != OpKind::Count;
         case OpKind::BatchNormBackward: return pre_op != OpKind::Count;
         case OpKind::Gelu: case OpKind::GeluBackward: return true;
         default: return false;
@@ -270,6 +277,11 @@ inline bool fusable_backward(OpKind pre, OpKind consumer) {
 }
 
 struct Node;
+// A BatchNormBackward whose folded activation backward recomputes Y from X (NormAttrs::recompute_act).
+bool recomputes_activation(const Node& n);
+// Whether input i of n stays f32 whatever n computes in: the op's f32 operands (OpInfo::f32_inputs), and
+// the beta that a batch-norm backward recomputing Y reads last.
+bool f32_input(const Node& n, size_t i);
 // Dropout's random stream: a hash of its seed attribute and the node's name (stable across passes).
 uint64_t dropout_stream(const Node& n);
 // splitmix64, the counter-based hash behind dropout masks.

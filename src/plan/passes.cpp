@@ -372,10 +372,23 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
     // backward into batch norm's, a gradient sum into a ReLU / ReLU6 backward) on the same terms: the
     // result's only reader, both its inputs stored as the result, same device and precision; a node that
     // took one in keeps its own (first come, in node order).
+    // An activation's backward folded into the backward of a batch norm whose forward took that activation
+    // in (reading the same X, gamma and statistics) recomputes Y from X and beta instead of reading it
+    // (NormAttrs::recompute_act), so Y is not read twice more nor kept for the backward.
     std::vector<bool> folded_backward(g.num_nodes(), false);
     struct Pre {
         OpKind kind = OpKind::Count;
         TensorId first = kNone, second = kNone;
+        bool recompute = false;
+    };
+    auto forward_beta = [&](const Node& n, TensorId y) -> TensorId {  // beta, when n (a BN backward) can recompute Y
+        const NodeId a = g.tensor(y).producer;
+        if (n.kind != OpKind::BatchNormBackward || a == kNone || folded[size_t(a)] == kNone) return kNone;
+        const Node& f = g.node(folded[size_t(a)]);
+        const bool same = f.kind == OpKind::BatchNorm2d && f.inputs[0] == n.inputs[1] && f.inputs[1] == n.inputs[2] && f.outputs[1] == n.inputs[3] &&
+                          f.outputs[2] == n.inputs[4] && f.device == n.device && f.compute == n.compute &&
+                          attrs_as<NormAttrs>(f).eps == attrs_as<NormAttrs>(n).eps;
+        return same ? f.inputs[2] : kNone;
     };
     std::vector<Pre> pre(g.num_nodes());  // per consumer: the node (first, second) -> input 0 folded into it
     for (size_t k = 0; k < g.num_nodes(); ++k) {
@@ -391,7 +404,8 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
             !(g.tensor(b.inputs[1]).desc == d) || b.device != n.device || b.compute != n.compute || !fuses_activations(n.device))
             continue;
         folded_backward[size_t(a)] = true;
-        pre[k] = {b.kind, b.inputs[0], b.inputs[1]};
+        if (const TensorId beta = forward_beta(n, b.inputs[1]); beta != kNone) pre[k] = {b.kind, b.inputs[0], beta, true};
+        else pre[k] = {b.kind, b.inputs[0], b.inputs[1]};
     }
     size_t k = 0;  // rebuild() rewrites the nodes in order
     return rebuild(std::move(tg), [&](Node& n, Graph&) {
@@ -405,6 +419,7 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
             n.inputs[0] = p.first;
             n.inputs.push_back(p.second);
             n.pre_op = p.kind;
+            if (p.recompute) std::get<NormAttrs>(n.attrs).recompute_act = true;
         }
         return true;
     });
@@ -424,7 +439,7 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
         if (p == kNone) continue;
         const Node& prod = g.node(p);
         const TensorDesc &dx = g.tensor(x).desc, &dy = g.tensor(y).desc;
-        if (prod.outputs[0] != x || !stores_output_low(prod.kind, prod.pre_op) || prod.compute != DType::F32 || dx.dtype != DType::F32 ||
+        if (prod.outputs[0] != x || !stores_output_low(prod.kind, prod.pre_op, prod.post_op) || prod.compute != DType::F32 || dx.dtype != DType::F32 ||
             dy.dtype != DType::BF16 || dx.layout != dy.layout || dx.blocking != dy.blocking || g.consumers(x).size() != 1 || kept[size_t(x)] ||
             (g.tensor(x).role != TensorRole::Activation && g.tensor(x).role != TensorRole::Gradient) || prod.device != c.device ||
             !fuses_activations(prod.device))

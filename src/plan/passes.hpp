@@ -33,8 +33,10 @@
 //                     storage, not kept; the pre-activation tensor is then neither written nor stored.
 //                     Likewise a ReluBackward / Relu6Backward folds into the batch-norm backward reading its
 //                     result (Node::pre_op, fusable_backward): that node reads (dY, ..., Y) and the
-//                     activation's gradient is never stored; and a gradient sum (a residual junction's
-//                     Add) into the ReLU / ReLU6 backward reading it, which reads (a, Y, b)
+//                     activation's gradient is never stored -- or, where the forward is a batch norm with
+//                     that activation fused in, (dY, ..., beta), Y recomputed from X (NormAttrs::
+//                     recompute_act); and a gradient sum (a residual junction's Add) into the ReLU / ReLU6
+//                     backward reading it, which reads (a, Y, b)
 //   fold_casts        (part of the fuse step) a Cast from f32 to bf16, same storage order, folds into the
 //                     node writing its input when that node rounds as it stores (stores_output_low), on a
 //                     device whose backend fuses, and the cast is the input's only reader, not kept: the node

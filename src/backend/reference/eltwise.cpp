@@ -89,6 +89,24 @@ std::unique_ptr<Kernel> with_pre_op(std::unique_ptr<Kernel> k, const Op& op, con
     Node pre;
     pre.kind = op.node.pre_op;
     const Buf a = op.in.front(), b = op.in.back();  // (dY, Y) of an activation backward, or a gradient sum's (a, b)
+    if (recomputes_activation(op.node)) {
+        // batch norm's backward (dY, X, gamma, mean, var, beta): Y's pre-activation Z = gamma (X - mean) /
+        // sqrt(var + eps) + beta as the forward stored it, in X's dtype (f'(Y) = f'(Z), see derivative())
+        const Buf x = op.in[1], gamma = op.in[2], mean = op.in[3], var = op.in[4];
+        const double eps = op.attrs<NormAttrs>().eps;
+        auto z_store = std::make_shared<std::vector<char>>(x.desc.bytes());
+        const Buf z{TensorDesc{x.desc.shape, x.desc.dtype}, z_store->data()};
+        const int64_t C = x.dim(1), S = x.dim(2) * x.dim(3);
+        return loop([=, k = std::shared_ptr<Kernel>(std::move(k)), scratch = std::move(scratch), z_store = std::move(z_store)](const RunContext& rc) {
+            for (int64_t i = 0; i < dz.numel(); ++i) {
+                const int64_t c = i / S % C;
+                const double rstd = 1.0 / std::sqrt(double(var.get(c)) + eps);  // as the forward's
+                z.set(i, double(gamma.get(c)) * (x.get(i) - double(mean.get(c))) * rstd + double(b.get(c)));
+                dz.set(i, double(a.get(i)) * derivative(pre, z.get(i)));
+            }
+            k->run(rc);
+        });
+    }
     return loop([k = std::shared_ptr<Kernel>(std::move(k)), pre, a, b, dz, scratch = std::move(scratch)](const RunContext& rc) {
         if (pre.kind == OpKind::Add)
             for (int64_t i = 0; i < dz.numel(); ++i) dz.set(i, double(a.get(i)) + double(b.get(i)));

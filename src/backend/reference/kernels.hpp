@@ -86,7 +86,8 @@ std::unique_ptr<Kernel> kernel_for(const Op& op, const Graph& g, NodeId id, cons
 // k, then the node's fused activation (Node::post_op) applied to output 0 in place.
 std::unique_ptr<Kernel> with_post_op(std::unique_ptr<Kernel> k, const Op& op);
 // The node's folded backward node (Node::pre_op) pre_op(input 0, last input) written to `dz` (held by
-// `scratch`), then k, which reads dz as its input 0.
+// `scratch`), then k, which reads dz as its input 0. A batch-norm backward that recomputes the activation's
+// output (NormAttrs::recompute_act) recomputes it from its X, gamma, mean, var and last input, beta.
 std::unique_ptr<Kernel> with_pre_op(std::unique_ptr<Kernel> k, const Op& op, const Buf& dz, std::shared_ptr<std::vector<char>> scratch);
 
 }  // namespace joule::reference
