@@ -33,7 +33,7 @@ Support check_dtypes(const Graph& g, NodeId id, OperandMask f32_allowed, Operand
 
 Support check_host_dtypes(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
-    const bool wide = n.compute == DType::BF16 && gemm_may_write_f32(n.kind), narrow = n.compute == DType::F32 && stores_output_low(n.kind, n.pre_op, n.post_op);
+    const bool wide = n.compute == DType::BF16 && gemm_may_write_f32(n.kind), narrow = n.compute == DType::F32 && stores_output_low(n.kind);
     return check_dtypes(g, id, wide ? OperandMask(0b1) : OperandMask(0), narrow ? OperandMask(0b1) : OperandMask(0));
 }
 

@@ -234,14 +234,12 @@ inline bool gemm_may_write_f32(OpKind k) {
            k == OpKind::LinearBackwardData || k == OpKind::MatMul;
 }
 // Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
-// own loops: batch norm with an activation fused in, batch norm's backward with an activation's backward
-// folded in, GELU and its backward; the reference stores any dtype): plan/'s fuse pass folds a Cast that
-// follows one into it, so the f32 tensor is neither written nor read.
-inline bool stores_output_low(OpKind kind, OpKind pre_op, OpKind post_op) {
+// own loops: batch norm and its backward, with or without an activation fused or folded in, GELU and its
+// backward; the reference stores any dtype): plan/'s fuse pass folds a Cast that follows one into it, so
+// the f32 tensor is neither written nor read.
+inline bool stores_output_low(OpKind kind) {
     switch (kind) {
-        case OpKind::BatchNorm2d: return post_op != OpKind::Count;
-        case OpKind::BatchNormBackward: return pre_op != OpKind::Count;
-        case OpKind::Gelu: case OpKind::GeluBackward: return true;
+        case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::Gelu: case OpKind::GeluBackward: return true;
         default: return false;
     }
 }

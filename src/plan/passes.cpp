@@ -439,7 +439,7 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
         if (p == kNone) continue;
         const Node& prod = g.node(p);
         const TensorDesc &dx = g.tensor(x).desc, &dy = g.tensor(y).desc;
-        if (prod.outputs[0] != x || !stores_output_low(prod.kind, prod.pre_op, prod.post_op) || prod.compute != DType::F32 || dx.dtype != DType::F32 ||
+        if (prod.outputs[0] != x || !stores_output_low(prod.kind) || prod.compute != DType::F32 || dx.dtype != DType::F32 ||
             dy.dtype != DType::BF16 || dx.layout != dy.layout || dx.blocking != dy.blocking || g.consumers(x).size() != 1 || kept[size_t(x)] ||
             (g.tensor(x).role != TensorRole::Activation && g.tensor(x).role != TensorRole::Gradient) || prod.device != c.device ||
             !fuses_activations(prod.device))
