@@ -14,6 +14,36 @@ TensorId w(Graph& g, const std::string& n, Shape s) { return g.parameter(n, {std
 
 using test::expect_error;
 
+// A folded backward node (Node::pre_op) reads its second operand last: the activation's output Y, with
+// input 0's desc, or -- a batch-norm backward recomputing Y (NormAttrs::recompute_act) -- beta, with gamma's.
+TEST(ShapeInference, FoldedBackwardOperandsMustMatch) {
+    Graph g;
+    const TensorId dy = img(g, {2, 4, 3, 3}), x = g.input("x2", {{2, 4, 3, 3}, DType::F32, Layout::ChannelsLast});
+    const TensorId gamma = w(g, "gamma", {4}), mean = g.input("mean", {{4}}), var = g.input("var", {{4}});
+    const TensorId y = g.input("y", {{2, 4, 3, 3}, DType::F32, Layout::ChannelsLast}), y_plain = g.input("yp", {{2, 4, 3, 3}});
+    const TensorId beta = w(g, "beta", {4});
+    g.add(OpKind::BatchNormBackward, NormAttrs{}, {dy, x, gamma, mean, var}, "bn.bwd");
+    auto folded = [&](TensorId last, bool recompute) {
+        Node n = g.node(NodeId(0));
+        n.attrs = NormAttrs{.recompute_act = recompute};
+        n.inputs.push_back(last);
+        n.pre_op = OpKind::Relu6Backward;
+        return n;
+    };
+    auto append = [&](Node n) {
+        Graph h = g.tensors_only();
+        h.append(std::move(n));
+        return h.num_nodes();
+    };
+    EXPECT_EQ(append(folded(y, false)), 1u);
+    EXPECT_EQ(append(folded(beta, true)), 1u);
+    expect_error([&] { append(folded(y_plain, false)); }, "the folded Relu6Backward reads f32[2, 4, 3, 3] beside");
+    expect_error([&] { append(folded(y, true)); }, "recomputes its Y from beta, given f32[2, 4, 3, 3] nhwc beside gamma f32[4]");
+    Node sum = folded(y, false);
+    sum.pre_op = OpKind::Add;  // a gradient sum folds into a ReLU backward, not into batch norm's
+    expect_error([&] { append(sum); }, "cannot take Add as a folded backward node");
+}
+
 TEST(ShapeInference, ConvChannelMismatchNamesTheOp) {
     Graph g;
     const TensorId x = img(g, {1, 3, 8, 8});

@@ -256,8 +256,8 @@ inline bool backward_reads_output(OpKind k) {
 
 // Whether activation `act` may be fused into a node of kind `producer` as the last step of its forward
 // (oneDNN's eltwise post-op on convolution, inner product, matmul and binary; batch normalization with
-// ReLU or ReLU6: oneDNN's fuse_norm_relu flag or the cpu backend's own loop). Only activations whose
-// backward reads their output qualify (ReLU, ReLU6): the pre-activation tensor is then never stored.
+// ReLU or ReLU6: the cpu backend's own loop). Only activations whose backward reads their output qualify
+// (ReLU, ReLU6): the pre-activation tensor is then never stored.
 inline bool fusable(OpKind producer, OpKind act) {
     if (act != OpKind::Relu && act != OpKind::Relu6) return false;
     switch (producer) {

@@ -416,8 +416,7 @@ private:
         const float *a = tiled(view_, a_.data(), a_t_), *b = tiled(view_, b_.data(), b_t_), *k = tiled(view_, k_.data(), k_t_);
         parallel_chunks(pass_units(view_), [&](int64_t begin, int64_t end) {
             using G = ActGrad<T, M>;
-            (kHasV4 ? grad_input_v4<T, U, G> : grad_input<T, U, G>)(dy, x, grad, static_cast<U*>(dx_), mean, a, b, k,
-                                                                   view_, begin, end);
+            (kHasV4 ? grad_input_v4<T, U, G> : grad_input<T, U, G>)(dy, x, grad, static_cast<U*>(dx_), mean, a, b, k, view_, begin, end);
         });
     }
 
@@ -434,7 +433,7 @@ private:
     std::vector<double> s1_, s2_, partial_;
 };
 
-// (dY, X, gamma, mean, var) -> (dX, dgamma, dbeta) for either normalisation, given its forward primitive.
+// (dY, X, gamma, mean, var) -> (dX, dgamma, dbeta) on oneDNN's backward primitive, given its forward's.
 template <class Backward, class Forward>
 std::unique_ptr<Kernel> norm_backward(const KernelArgs& a, const memory::desc& data, const memory::desc& stat, const memory::desc& chan,
                                       const std::shared_ptr<PrimitiveCache::Entry<Forward>>& fwd, const std::string& key, dt type,
@@ -455,7 +454,6 @@ std::unique_ptr<Kernel> norm_backward(const KernelArgs& a, const memory::desc& d
     outs.finish(*k);
     return k;
 }
-
 
 // LayerNorm over the last dim of a [..., H] tensor, viewed as [rows, H].
 std::unique_ptr<Kernel> layer_norm(const KernelArgs& a) {
