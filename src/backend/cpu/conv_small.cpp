@@ -101,7 +101,7 @@ JOULE_INLINE JOULE_V4 v16 ld16_part(const uint16_t* p, int64_t n) {
     const __m256i b = _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p);
     u16x16 h;
     std::memcpy(&h, &b, sizeof h);
-    return v16(__builtin_convertvector(h, u32x16) << 16);
+    return widen_bf16x16(h);
 }
 JOULE_INLINE JOULE_V4 void st16_part(float* p, v16 v, int64_t n) { _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), __m512(v)); }
 JOULE_INLINE JOULE_V4 void st16_part(uint16_t* p, v16 v, int64_t n) {

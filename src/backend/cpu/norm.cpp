@@ -76,7 +76,7 @@ JOULE_INLINE float as_stored(float v) {
 }
 template <class T>
 JOULE_INLINE v16 as_stored(v16 v) {
-    if constexpr (std::is_same_v<T, uint16_t>) return v16(__builtin_convertvector(to_bf16x16(v), u32x16) << 16);
+    if constexpr (std::is_same_v<T, uint16_t>) return widen_bf16x16(to_bf16x16(v));
     return v;
 }
 

@@ -31,10 +31,11 @@ JOULE_INLINE v16 ld16(const float* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
 }
+JOULE_INLINE v16 widen_bf16x16(u16x16 h) { return v16(__builtin_convertvector(h, u32x16) << 16); }  // exact
 JOULE_INLINE v16 ld16(const uint16_t* p) {
     u16x16 h;
     std::memcpy(&h, p, sizeof h);
-    return v16(__builtin_convertvector(h, u32x16) << 16);
+    return widen_bf16x16(h);
 }
 JOULE_INLINE void st16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
 JOULE_INLINE u16x16 to_bf16x16(v16 v) {  // f32_to_bf16 on each lane: round to nearest even, NaN kept quiet
