@@ -65,19 +65,28 @@ std::vector<int64_t> Blocking::offsets() const {
         outer_stride[d] = stride;
         stride *= padded[d] / block[d];
     }
+    // an element's offset is a sum of one term per dim: part[d][index along d], tabled once
+    std::vector<std::vector<int64_t>> part(nd);
+    for (size_t d = 0; d < nd; ++d) {
+        part[d].resize(size_t(dims[d]));
+        for (int64_t i = 0; i < dims[d]; ++i) {
+            int64_t o = i / block[d] * outer_stride[d];
+            for (size_t k = 0; k < inner.size(); ++k)
+                if (size_t(inner[k].first) == d) o += (i % block[d]) / within[k] % inner[k].second * inner_stride[k];
+            part[d][size_t(i)] = o;
+        }
+    }
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
     std::vector<int64_t> off(static_cast<size_t>(n));
+    if (nd == 0) return off;
+    const int64_t last = dims[nd - 1];
     std::vector<int64_t> idx(nd, 0);
-    for (int64_t e = 0; e < n; ++e) {
-        int64_t o = 0;
-        for (size_t d = 0; d < nd; ++d) o += idx[d] / block[d] * outer_stride[d];
-        for (size_t k = 0; k < inner.size(); ++k) {
-            const size_t d = size_t(inner[k].first);
-            o += (idx[d] % block[d]) / within[k] % inner[k].second * inner_stride[k];
-        }
-        off[size_t(e)] = o;
-        for (size_t d = nd; d-- > 0;) {  // the next index, row-major
+    for (int64_t e = 0; e < n; e += last) {  // a row of the last dim at a time, row-major
+        int64_t base = 0;
+        for (size_t d = 0; d + 1 < nd; ++d) base += part[d][size_t(idx[d])];
+        for (int64_t i = 0; i < last; ++i) off[size_t(e + i)] = base + part[nd - 1][size_t(i)];
+        for (size_t d = nd - 1; d-- > 0;) {  // the next row
             if (++idx[d] < dims[d]) break;
             idx[d] = 0;
         }
