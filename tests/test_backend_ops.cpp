@@ -481,26 +481,26 @@ std::vector<Case> make_cases() {
     Case sgd_scaled = sgd_momentum;
     sgd_scaled.name = "SgdUpdate_momentum_scaled", sgd_scaled.lr_scale = 0.5f, sgd_scaled.grad_scale = 0.2f;
     cs.push_back(sgd_scaled);
-    // updates keeping the parameter's bf16 copy (low_copy: plan/'s fold_casts), which they rewrite as they
+    // updates keeping the parameter's bf16 copy (low_copies: plan/'s fold_casts), which they rewrite as they
     // update
     const TensorDesc copy = {{3, 5}, DType::BF16, Layout::Plain};
     Case sgd_copy{"SgdUpdate_momentum_copy", [=](Graph& g, Fills& f) {
-                      g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, true},
+                      g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, 1},
                             {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "v", plain({3, 5})), input(g, f, "c", copy)}, "sgd");
                   }, false};
     sgd_copy.runs = 2;
     cs.push_back(sgd_copy);
     cs.push_back({"SgdUpdate_plain_copy", [=](Graph& g, Fills& f) {
-                      g.add(K::SgdUpdate, SgdAttrs{0.05f, 0.0f, 0.0f, true}, {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "c", copy)}, "sgd");
+                      g.add(K::SgdUpdate, SgdAttrs{0.05f, 0.0f, 0.0f, 1}, {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "c", copy)}, "sgd");
                   }, false});
     // ... in blocks, a copy past the caches written with non-temporal stores (kStreamBytes), split between threads
     const TensorDesc large = plain({1050, 1001}), large_copy = {{1050, 1001}, DType::BF16, Layout::Plain};
     cs.push_back({"SgdUpdate_momentum_copy_large", [=](Graph& g, Fills& f) {
-                      g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, true},
+                      g.add(K::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, 1},
                             {input(g, f, "p", large), input(g, f, "g", large), input(g, f, "v", large), input(g, f, "c", large_copy)}, "sgd");
                   }, false});
     Case adam_copy{"AdamUpdate_copy", [=](Graph& g, Fills& f) {
-                       g.add(K::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, false, true},
+                       g.add(K::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, false, 1},
                              {input(g, f, "p", plain({3, 5})), input(g, f, "g", plain({3, 5})), input(g, f, "m", plain({3, 5}), {-0.1, 0.1}),
                               input(g, f, "v", plain({3, 5}), {0, 0.1}), input(g, f, "c", copy)},
                              "adam");

@@ -78,18 +78,23 @@ TEST(ShapeInference, Rejections) {
     expect_error([&] { g.add(OpKind::SoftmaxCrossEntropy, NoAttrs{}, {w(g, "z", {2, 5}), labels}, "loss"); }, "labels must be i32[2]");
 }
 
-// An update keeping its parameter's bf16 copy (low_copy, plan/'s fold_casts): the copy is its last input, bf16
-// in the parameter's layout; anything else names the op and what is wrong.
-TEST(ShapeInference, UpdateCopyIsBf16InTheParametersLayout) {
+// An update keeping bf16 copies of its parameter (low_copies, plan/'s fold_casts): the copies are its last
+// inputs, bf16 in the parameter's shape, each in its own layout; anything else names the op and what is wrong.
+TEST(ShapeInference, UpdateCopiesAreBf16OfTheParametersShape) {
     Graph g;
-    const TensorDesc f32 = {{4, 3}, DType::F32, Layout::Plain}, bf16 = {{4, 3}, DType::BF16, Layout::Plain};
+    const TensorDesc f32 = {{4, 3, 2, 2}, DType::F32, Layout::Plain}, bf16 = {{4, 3, 2, 2}, DType::BF16, Layout::Plain};
     const TensorId p = g.input("p", f32), grad = g.input("g", f32), v = g.input("v", f32), c = g.input("c", bf16);
-    g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, true}, {p, grad, v, c}, "sgd");
-    EXPECT_EQ(low_copy_input(g.node(0)), 3) << "the copy is the last input";
-    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, true}, {p, grad, v, g.input("c32", f32)}, "sgd32"); },
-                 "op 'sgd32' (SgdUpdate): the parameter's low-precision copy (the last input) must be bf16 in the parameter's layout");
-    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, true}, {p, grad, v}, "missing"); }, "then the parameter's bf16 copy");
-    expect_error([&] { g.add(OpKind::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, false, true}, {p, grad, v, v, g.input("c2", {{4, 2}, DType::BF16, Layout::Plain})}, "adam"); },
+    const TensorId c_nhwc = g.input("c_nhwc", {{4, 3, 2, 2}, DType::BF16, Layout::ChannelsLast});
+    g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, 2}, {p, grad, v, c, c_nhwc}, "sgd");
+    EXPECT_EQ(low_copy_count(g.node(0)), 2);
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(is_low_copy_input(g.node(0), i), i >= 3) << "the copies are the last inputs: " << i;
+    EXPECT_EQ(low_copies(g), (std::vector<std::pair<TensorId, TensorId>>{{p, c}, {p, c_nhwc}}));
+    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, 1}, {p, grad, v, g.input("c32", f32)}, "sgd32"); },
+                 "op 'sgd32' (SgdUpdate): input 3, a copy of the parameter, must be bf16, not f32");
+    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, 1}, {p, grad, v}, "missing"); },
+                 "the update takes 3 inputs, then the parameter's 1 bf16 copies; got 3 inputs");
+    expect_error([&] { g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.0f, -1}, {p, grad, v}, "negative"); }, "the number of the parameter's bf16 copies must be >= 0, got -1");
+    expect_error([&] { g.add(OpKind::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, false, 1}, {p, grad, v, v, g.input("c2", {{4, 2}, DType::BF16, Layout::Plain})}, "adam"); },
                  "differs from parameter");
 }
 

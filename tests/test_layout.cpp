@@ -224,7 +224,7 @@ TEST(Layout, AReaderOfAnyLayoutGetsNoReorder) {
 }
 
 // The blocked padding of every parameter and its state is zero (oneDNN's outputs and reorders zero it, the
-// updates keep it).
+// updates keep it, and write the parameters' bf16 copies with it zero).
 void expect_zero_padding(const Executor& ex) {
     const Graph& g = ex.graph();
     for (size_t t = 0; t < g.num_tensors(); ++t) {
@@ -232,9 +232,11 @@ void expect_zero_padding(const Executor& ex) {
         if (!persists(x.role) || x.desc.layout != Layout::Blocked) continue;
         std::vector<bool> used(size_t(x.desc.storage_numel()), false);
         for (int64_t o : x.desc.blocking.offsets()) used[size_t(o)] = true;
-        const float* p = static_cast<const float*>(ex.data(TensorId(t)));
+        const auto* p = static_cast<const std::byte*>(ex.data(TensorId(t)));
+        const size_t es = dtype_size(x.desc.dtype);
         for (size_t i = 0; i < used.size(); ++i)
-            ASSERT_TRUE(used[i] || p[i] == 0.0f) << x.name << " padding element " << i;
+            ASSERT_TRUE(used[i] || std::all_of(p + i * es, p + (i + 1) * es, [](std::byte b) { return b == std::byte{0}; }))
+                << x.name << " padding element " << i;
     }
 }
 
@@ -359,6 +361,67 @@ TEST(Layout, WeightCastsIntoBf16ConvolutionFormatsMatchOneDnn) {
             const std::string what = b.blocking.name() + " " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" + std::to_string(shape[2]);
             EXPECT_EQ(stored[0], stored[1]) << what << ": joule's loop against oneDNN's reorder";
             EXPECT_EQ(stored[0], stored[2]) << what << ": against the reference";
+        }
+    }
+}
+
+}  // namespace
+}  // namespace joule
+
+namespace joule {
+namespace {
+
+// An update keeping bf16 copies of a convolution weight's f32 master in the bf16 convolution formats
+// (plan/'s fold_casts, CopyToBf16) writes, each step, what oneDNN's reorder of the updated master stores,
+// byte for byte: padding zero (out-channels past the master's padding when X = 48 or 64), one update with
+// several copies (both formats and the master's own order), on two threads, split in whole tiles; the
+// reference backend likewise; and the executor's first copies (initialisation) are the same bytes.
+TEST(Layout, UpdatesWriteTheirWeightCopiesInBf16ConvolutionFormats) {
+    const std::vector<std::vector<tag>> copy_sets = {{tag::AcdB64a2b, tag::BAcd8a16b2a}, {tag::AcdB48a2b, tag::ABcd8a16b2a, tag::ABcd16b16a},
+                                                     {tag::AcdB16a2b}, {tag::AcdB32a2b, tag::BAcd8a16b2a}};
+    // the last: 1.2 M elements, past kStreamBytes and several blocks per thread
+    for (const Shape& shape : {Shape{24, 6, 3, 3}, Shape{40, 3, 1, 1}, Shape{72, 37, 3, 3}, Shape{16, 16, 1, 1}, Shape{512, 264, 3, 3}}) {
+        const dnnl::memory::dims dims(shape.begin(), shape.end());
+        const dnnl::memory::desc master_md(dims, dnnl::memory::data_type::f32, tag::ABcd16b16a);
+        const TensorDesc master = blocked(shape, master_md);
+        for (const std::vector<tag>& targets : copy_sets) {
+            Graph g;
+            const TensorId p = g.parameter("p", master, Init::normal(1.0f));
+            const TensorId grad = g.state("g", master, Init::normal(1.0f)), v = g.state("v", master, Init::normal(0.1f));
+            std::vector<TensorId> ins = {p, grad, v};
+            for (size_t i = 0; i < targets.size(); ++i) {
+                TensorDesc c = blocked(shape, dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, targets[i]));
+                c.dtype = DType::BF16;
+                ASSERT_TRUE(writes_low_copy("cpu", master, c)) << c.blocking.name();
+                ins.push_back(g.state("c" + std::to_string(i), c, Init::zeros()));
+            }
+            g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, int(targets.size())}, ins, "sgd", Phase::Update);
+            for (int r = 0; r < 2; ++r) {  // the cpu's loops, the reference
+                cpu::CpuBackend cpu(2);
+                ReferenceBackend ref;
+                Backend& be = r == 0 ? static_cast<Backend&>(cpu) : ref;
+                Executor ex(g, be, {{}, 5});
+                dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+                dnnl::stream st(eng);
+                auto expect_copies = [&](const std::string& when) {  // each copy against oneDNN's reorder of p as it is now
+                    for (size_t i = 0; i < targets.size(); ++i) {
+                        const TensorId c = ins[3 + i];
+                        const size_t bytes = g.tensor(c).desc.bytes();
+                        std::vector<std::byte> want(bytes, std::byte{0xff});
+                        dnnl::memory from(master_md, eng, ex.data(p)), to(dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, targets[i]), eng, want.data());
+                        dnnl::reorder(from, to).execute(st, from, to);
+                        st.wait();
+                        const auto* have = static_cast<const std::byte*>(ex.data(c));
+                        EXPECT_TRUE(std::equal(want.begin(), want.end(), have))
+                            << g.tensor(c).desc.blocking.name() << " of " << shape_str(shape) << (r == 0 ? " on the cpu" : " on the reference") << ", " << when;
+                    }
+                };
+                expect_copies("initialised");
+                if (r == 0)  // the update writes every byte of the copies, padding included
+                    for (size_t i = 0; i < targets.size(); ++i) std::memset(ex.data(ins[3 + i]), 0xff, g.tensor(ins[3 + i]).desc.bytes());
+                ex.run_all();
+                expect_copies("after a step");
+            }
         }
     }
 }

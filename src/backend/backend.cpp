@@ -20,7 +20,7 @@ Support check_dtypes(const Graph& g, NodeId id, OperandMask f32_allowed, Operand
     if (n.kind == OpKind::Cast || n.kind == OpKind::Transfer) return {};  // they convert and move; their shape rules fix the dtypes
     const OpInfo& info = op_info(n.kind);
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-        const DType want = int(i) == low_copy_input(n) ? DType::BF16 : f32_input(n, i) ? DType::F32 : n.compute;
+        const DType want = is_low_copy_input(n, i) ? DType::BF16 : f32_input(n, i) ? DType::F32 : n.compute;
         if (Support s = check_operand(g, n.inputs[i], want, false, false, "input", i); !s.ok) return s;
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) {

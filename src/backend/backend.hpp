@@ -90,7 +90,7 @@ bool has_blocked_operand(const Graph& g, NodeId n);
 
 // The dtype contract of graph/ops.hpp every backend checks in supports(): each floating-point input
 // and output is stored in the node's compute dtype, except the op's f32 operands (OpInfo::f32_inputs /
-// f32_outputs), which are f32, and an update's parameter copy (low_copy_input), which is bf16; outputs in
+// f32_outputs), which are f32, and an update's parameter copies (is_low_copy_input), which are bf16; outputs in
 // `f32_allowed` may also be stored in f32 (a kernel that writes f32 directly, e.g. weight gradients of a
 // bf16 GEMM), those in `bf16_allowed` in bf16 (a kernel that rounds as it stores: stores_output_low).
 Support check_dtypes(const Graph& g, NodeId n, OperandMask f32_allowed = 0, OperandMask bf16_allowed = 0);

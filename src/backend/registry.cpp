@@ -18,15 +18,16 @@ struct Entry {
     bool fuses;           // runs nodes with a fused activation or activation backward (Node::post_op, pre_op)
     std::unique_ptr<Backend> (*make)(const std::string& device, const BackendOptions&);
     LayoutWishes (*wishes)(const Graph&, NodeId) = nullptr;  // the layouts its kernels want (none: no wishes)
+    bool (*low_copy)(const TensorDesc&, const TensorDesc&) = nullptr;  // writes_low_copy (none: no update keeps a copy)
 };
 
 const Entry kBackends[] = {
     {"cpu", true, "", true, true, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
          return std::make_unique<cpu::CpuBackend>(o.threads, d);
-     }, &cpu::CpuBackend::layout_wishes},
+     }, &cpu::CpuBackend::layout_wishes, &cpu::CpuBackend::writes_low_copy},
     {"reference", true, "", true, true, [](const std::string& d, const BackendOptions&) -> std::unique_ptr<Backend> {
          return std::make_unique<ReferenceBackend>(d);
-     }},
+     }, nullptr, [](const TensorDesc& p, const TensorDesc& c) { return p.dtype == DType::F32 && c.dtype == DType::BF16 && p.shape == c.shape; }},
     {"cuda", false, "this build has no CUDA backend (it comes with the GPU work; plans naming cuda can be analysed, not trained)", false, false, nullptr},
 #ifdef JOULE_HAVE_FPGA_EMU
     {"fpga_emu", true, "", false, false, [](const std::string& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
@@ -77,6 +78,11 @@ bool runs_allreduce(const std::string& device) {
 bool fuses_activations(const std::string& device) {
     const Entry* e = find(parse_device(device).backend);
     return e && e->fuses;
+}
+
+bool writes_low_copy(const std::string& device, const TensorDesc& param, const TensorDesc& copy) {
+    const Entry* e = find(parse_device(device).backend);
+    return e && e->built && e->low_copy && e->low_copy(param, copy);
 }
 
 LayoutWishes layout_wishes(const Graph& g, NodeId id) {

@@ -41,6 +41,10 @@ bool runs_allreduce(const std::string& device);
 // Whether the device's backend runs a node with a fused activation or activation backward (Node::post_op,
 // Node::pre_op); plan/'s fuse pass fuses only there.
 bool fuses_activations(const std::string& device);
+// Whether the device's backend has its optimizer updates write the bf16 copy `copy` of an f32 parameter
+// stored as `param` (plan/'s fold_casts folds such a Cast into the update): the reference backend any
+// layout, the cpu the parameter's storage order and its convolution weights' bf16 formats, others none.
+bool writes_low_copy(const std::string& device, const TensorDesc& param, const TensorDesc& copy);
 // The layouts the device's backend wants for node n's operands (plan/'s layout pass); none for a device
 // this build cannot run.
 LayoutWishes layout_wishes(const Graph& g, NodeId n);

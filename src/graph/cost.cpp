@@ -6,11 +6,10 @@ NodeCost node_cost(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
     std::vector<TensorDesc> in, out;
     NodeCost c;
-    const int low_copy = low_copy_input(n);
     for (TensorId t : n.inputs) {
         const Tensor& tt = g.tensor(t);
         in.push_back(tt.desc);
-        if (int(in.size()) - 1 != low_copy) c.bytes_read += double(tt.desc.bytes());  // an update's parameter copy is only written
+        if (!is_low_copy_input(n, in.size() - 1)) c.bytes_read += double(tt.desc.bytes());  // an update's parameter copies are only written
         if (tt.role == TensorRole::Parameter) c.param_bytes += double(tt.desc.bytes());
     }
     for (TensorId t : n.outputs) {

@@ -128,7 +128,7 @@ DType operand_dtype(const Graph& g, NodeId n, TensorId t, bool output, size_t in
     const OpKind kind = g.node(n).kind;
     if (!is_float(d) || kind == OpKind::Transfer) return d;  // a transfer moves the dtype it is given
     if (kind == OpKind::Cast) return output ? compute : d;   // a cast reads its source dtype, writes `compute`
-    if (!output && int(index) == low_copy_input(g.node(n))) return DType::BF16;
+    if (!output && is_low_copy_input(g.node(n), index)) return DType::BF16;
     return (output ? has_bit(op_info(kind).f32_outputs, index) : f32_input(g.node(n), index)) ? DType::F32 : compute;
 }
 
@@ -181,15 +181,16 @@ int64_t Graph::parameter_count() const {
     return n;
 }
 
-int low_copy_input(const Node& n) {
-    const bool copy = n.kind == OpKind::SgdUpdate ? attrs_as<SgdAttrs>(n).low_copy : n.kind == OpKind::AdamUpdate && attrs_as<AdamAttrs>(n).low_copy;
-    return copy ? int(n.inputs.size()) - 1 : -1;
+int low_copy_count(const Node& n) {
+    return n.kind == OpKind::SgdUpdate ? attrs_as<SgdAttrs>(n).low_copies : n.kind == OpKind::AdamUpdate ? attrs_as<AdamAttrs>(n).low_copies : 0;
 }
+
+bool is_low_copy_input(const Node& n, size_t i) { return i < n.inputs.size() && i + size_t(low_copy_count(n)) >= n.inputs.size(); }
 
 std::vector<std::pair<TensorId, TensorId>> low_copies(const Graph& g) {
     std::vector<std::pair<TensorId, TensorId>> out;
     for (const Node& n : g.nodes())
-        if (const int c = low_copy_input(n); c >= 0) out.push_back({n.inputs[0], n.inputs[size_t(c)]});
+        for (size_t i = n.inputs.size() - size_t(low_copy_count(n)); i < n.inputs.size(); ++i) out.push_back({n.inputs[0], n.inputs[i]});
     return out;
 }
 

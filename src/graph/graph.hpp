@@ -140,10 +140,12 @@ const A& attrs_as(const Node& n) {
     return std::get<A>(n.attrs);
 }
 
-// An optimizer update's input that holds its parameter's bf16 copy (SgdAttrs / AdamAttrs low_copy: the last),
-// or -1: a node that keeps none.
-int low_copy_input(const Node& n);
-// (parameter, its bf16 copy) of every update that keeps one: tensors derived from their parameter, which an
+// How many bf16 copies of its parameter an optimizer update keeps (SgdAttrs / AdamAttrs low_copies: its last
+// inputs); 0 for any other node.
+int low_copy_count(const Node& n);
+// Whether input i of n is one of those copies.
+bool is_low_copy_input(const Node& n, size_t i);
+// (parameter, a bf16 copy) for every copy an update keeps: tensors derived from their parameter, which an
 // executor refreshes after writing parameters from outside (initialisation, a checkpoint).
 std::vector<std::pair<TensorId, TensorId>> low_copies(const Graph& g);
 

@@ -63,8 +63,10 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::SoftmaxBackward, "SoftmaxBackward", 2, 2, C::Activation, shape_SoftmaxBackward, flops_SoftmaxBackward, nullptr},
     {K::EmbeddingBackward, "EmbeddingBackward", 2, 2, C::Other, shape_EmbeddingBackward, flops_EmbeddingBackward, nullptr},
     {K::SoftmaxCrossEntropyBackward, "SoftmaxCrossEntropyBackward", 3, 3, C::Loss, shape_SoftmaxCrossEntropyBackward, flops_SoftmaxCrossEntropyBackward, nullptr},
-    {K::SgdUpdate, "SgdUpdate", 2, 4, C::Update, shape_SgdUpdate, flops_SgdUpdate, nullptr, 0b1101, 0b111},
-    {K::AdamUpdate, "AdamUpdate", 4, 5, C::Update, shape_AdamUpdate, flops_AdamUpdate, nullptr, 0b11101, 0b1111},
+    // the updates' last inputs may be bf16 copies of the parameter (low_copies), written in place: up to 8
+    // operands in all, as far as an OperandMask reaches
+    {K::SgdUpdate, "SgdUpdate", 2, 8, C::Update, shape_SgdUpdate, flops_SgdUpdate, nullptr, 0b11111101, 0b111},
+    {K::AdamUpdate, "AdamUpdate", 4, 8, C::Update, shape_AdamUpdate, flops_AdamUpdate, nullptr, 0b11111101, 0b1111},
     {K::Cast, "Cast", 1, 1, C::Cast, shape_Cast, flops_Cast, grad_Cast},
     {K::Transfer, "Transfer", 1, 1, C::Transfer, shape_Transfer, flops_Transfer, grad_Transfer},
     {K::AllReduceStart, "AllReduceStart", 1, -1, C::Communication, shape_AllReduceStart, flops_AllReduceStart, nullptr},

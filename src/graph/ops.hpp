@@ -130,13 +130,14 @@ Shape padded_to_rank(const Shape& s, size_t rank);
 // The row-major index into `from` (a broadcast source of `to`) of the element at row-major index i of `to`.
 int64_t broadcast_source_index(const Shape& from, const Shape& to, int64_t i);
 
-// low_copy (both updates): a last input, the parameter's bf16 copy, which the update rewrites as it updates
-// the parameter (plan/'s fold_casts folds the parameter's Cast into its update): low_copy_input().
+// low_copies (both updates): the last inputs, the parameter's bf16 copies (each in its reader's layout),
+// which the update rewrites as it updates the parameter (plan/'s fold_casts folds the parameter's Casts into
+// its update): is_low_copy_input().
 struct SgdAttrs {
     float lr = 0.01f;
     float momentum = 0.0f;
     float weight_decay = 0.0f;
-    bool low_copy = false;
+    int low_copies = 0;
 };
 struct AdamAttrs {
     float lr = 1e-3f;
@@ -145,7 +146,7 @@ struct AdamAttrs {
     float eps = 1e-8f;
     float weight_decay = 0.0f;
     bool decoupled = false;  // AdamW: p *= 1 - lr wd before the step, and the gradient gets no wd p
-    bool low_copy = false;
+    int low_copies = 0;
 };
 
 // Cast(X) = X converted to `to` (round to nearest even); gradient: a cast back. With `reorder` (plan/'s

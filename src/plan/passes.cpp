@@ -447,25 +447,27 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
         into[size_t(p)] = y;
         gone[k] = true;
     }
-    // A parameter's cast into bf16 (same storage order) folds into the parameter's update, which rounds
-    // the updated parameter into the copy as it stores it: the copy becomes state, written at the end of
-    // each step for the next (and by the executor after initialisation or a checkpoint), and no step casts.
+    // A parameter's casts into bf16 fold into the parameter's update where the device's backend writes such
+    // a copy (writes_low_copy: the same storage order; on the cpu also a convolution weight's bf16 formats)
+    // and every reader of the copy runs before the update: the update rounds the updated parameter into each
+    // copy as it stores it, the copies become state, written at the end of each step for the next (and by
+    // the executor after initialisation or a checkpoint), and no step casts.
     const size_t into_producers = size_t(std::count(gone.begin(), gone.end(), true));
-    std::vector<TensorId> copy_of_update(g.num_nodes(), kNone);  // per update: the copy it keeps
+    std::vector<std::vector<TensorId>> copies_of_update(g.num_nodes());  // per update: the copies it keeps
     for (size_t k = 0; k < g.num_nodes(); ++k) {
         const Node& c = g.node(NodeId(k));
         if (c.kind != OpKind::Cast || gone[k]) continue;
         const TensorId x = c.inputs[0], y = c.outputs[0];
-        const TensorDesc &dx = g.tensor(x).desc, &dy = g.tensor(y).desc;
-        if (g.tensor(x).role != TensorRole::Parameter || dx.dtype != DType::F32 || dy.dtype != DType::BF16 || dx.layout != dy.layout ||
-            dx.blocking != dy.blocking || !fuses_activations(c.device))
-            continue;
+        if (g.tensor(x).role != TensorRole::Parameter || kept[size_t(y)] || !writes_low_copy(c.device, g.tensor(x).desc, g.tensor(y).desc)) continue;
+        const std::vector<NodeId>& readers = g.consumers(y);
         for (NodeId u : g.consumers(x)) {
             const Node& up = g.node(u);
-            if ((up.kind == OpKind::SgdUpdate || up.kind == OpKind::AdamUpdate) && up.inputs[0] == x && up.device == c.device &&
-                low_copy_input(up) < 0 && copy_of_update[size_t(u)] == kNone) {
-                copy_of_update[size_t(u)] = y;
+            if ((up.kind == OpKind::SgdUpdate || up.kind == OpKind::AdamUpdate) && up.inputs[0] == x && up.device == c.device && low_copy_count(up) == 0 &&
+                up.inputs.size() + copies_of_update[size_t(u)].size() < size_t(op_info(up.kind).max_inputs) &&
+                std::all_of(readers.begin(), readers.end(), [&](NodeId r) { return r < u; })) {
+                copies_of_update[size_t(u)].push_back(y);
                 gone[k] = true;
+                break;
             }
         }
     }
@@ -474,11 +476,13 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
         const size_t id = k++;
         if (gone[id]) return false;
         if (into[id] != kNone) n.outputs[0] = into[id];
-        if (const TensorId y = copy_of_update[id]; y != kNone) {
+        for (const TensorId y : copies_of_update[id]) {
             n.inputs.push_back(y);
-            if (n.kind == OpKind::SgdUpdate) std::get<SgdAttrs>(n.attrs).low_copy = true;
-            else std::get<AdamAttrs>(n.attrs).low_copy = true;
             g2.tensor(y).role = TensorRole::State;
+        }
+        if (const int copies = int(copies_of_update[id].size()); copies > 0) {
+            if (n.kind == OpKind::SgdUpdate) std::get<SgdAttrs>(n.attrs).low_copies = copies;
+            else std::get<AdamAttrs>(n.attrs).low_copies = copies;
         }
         return true;
     });

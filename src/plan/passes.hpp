@@ -41,8 +41,10 @@
 //                     node writing its input when that node rounds as it stores (stores_output_low), on a
 //                     device whose backend fuses, and the cast is the input's only reader, not kept: the node
 //                     writes the bf16 tensor itself, the f32 one is neither written nor stored (the same bits).
-//                     A parameter's such cast folds into the parameter's update on the same device: the copy
-//                     becomes state the update rewrites (low_copy_input), so no step casts the parameter
+//                     A parameter's casts into bf16 fold into the parameter's update on the same device, where
+//                     its backend writes such a copy (writes_low_copy: on the cpu the same storage order or a
+//                     convolution weight's bf16 formats) and the copy's readers all run before the update: the
+//                     copies become state the update rewrites (is_low_copy_input), so no step casts the parameter
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -88,7 +90,7 @@ struct LoweredGraph {
     size_t fused = 0;                                                 // activations folded into their producers
     size_t fused_backward = 0;                                        // backward nodes folded into their readers (Node::pre_op)
     size_t folded_casts = 0;                                          // casts folded into the node writing their input
-    size_t update_copies = 0;                                         // parameters' casts folded into their updates (low_copy)
+    size_t update_copies = 0;                                         // parameters' casts folded into their updates (low_copies)
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };

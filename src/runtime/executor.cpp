@@ -146,10 +146,22 @@ void Executor::initialise(uint64_t seed) {
 
 void Executor::refresh_low_copies() {
     for (const auto& [p, c] : low_copies(g_)) {
-        const float* from = static_cast<const float*>(ptr_[size_t(p)]);
+        const TensorDesc &dp = g_.tensor(p).desc, &dc = g_.tensor(c).desc;
         uint16_t* to = static_cast<uint16_t*>(ptr_[size_t(c)]);
-        const int64_t n = g_.tensor(p).desc.storage_numel();  // the same layout (the update's shape rule)
-        for (int64_t i = 0; i < n; ++i) to[i] = f32_to_bf16(from[i]);
+        if (dp.layout == dc.layout && dp.blocking == dc.blocking) {  // element i of one is element i of the other
+            const float* from = static_cast<const float*>(ptr_[size_t(p)]);
+            for (int64_t i = 0; i < dp.storage_numel(); ++i) to[i] = f32_to_bf16(from[i]);
+            continue;
+        }
+        // another layout (a convolution weight's bf16 formats): through row-major order
+        const std::vector<std::byte> plain = to_plain(dp, ptr_[size_t(p)]);
+        std::vector<uint16_t> rounded(size_t(dp.numel()));
+        for (size_t i = 0; i < rounded.size(); ++i) {
+            float v;
+            std::memcpy(&v, &plain[i * sizeof v], sizeof v);
+            rounded[i] = f32_to_bf16(v);
+        }
+        from_plain(dc, rounded.data(), to);
     }
 }
 

@@ -36,15 +36,16 @@ JOULE_V4 void to_bf16_streaming_v4(const float* __restrict x, uint16_t* __restri
 // the bf16 formats oneDNN's bf16 convolutions take, where oneDNN 2.6's reorder ran at ~16 GB/s (ResNet-50 b1:
 // 20 ms of a 123 ms step): Xa2b with order AcdB (forward: X out-channels by pairs of in-channels) and
 // 8a16b2a with order ABcd or BAcd (backward-data: one tile per 16 x 16, pairs of out-channels innermost).
-// Both write bf16 pairs, one 32-bit word per pair, read from one source tile's rows.
+// Both write bf16 pairs, one 32-bit word per pair, read from one source tile's rows, and both go over the
+// source's tiles in storage order (one read stream), so that an update can cast the tiles it has just
+// written (make_update).
 struct WeightTileCast {
     enum Kind { PairsOfB, PairsOfA } kind;
     int64_t O, I, H, W, X = 16;  // X: PairsOfB's out-channel block
     bool in_major = false;       // PairsOfA: BAcd (in-channel blocks outermost)
     int64_t tiles_o() const { return (O + 15) / 16; }
     int64_t tiles_i() const { return (I + 15) / 16; }
-    // the source tile (a / 16, b / 16, h, w): 256 f32, row b % 16, column a % 16
-    int64_t src_tile(int64_t ob, int64_t ib, int64_t h, int64_t w) const { return ((((ob * tiles_i()) + ib) * H + h) * W + w) * 256; }
+    int64_t tiles() const { return tiles_o() * tiles_i() * H * W; }
 };
 
 std::optional<WeightTileCast> weight_tile_cast(const TensorDesc& x, const TensorDesc& y) {
@@ -69,9 +70,9 @@ std::optional<WeightTileCast> weight_tile_cast(const TensorDesc& x, const Tensor
 inline uint32_t bf16_pair(float lo, float hi) { return uint32_t(f32_to_bf16(lo)) | uint32_t(f32_to_bf16(hi)) << 16; }
 
 // Xa2b, AcdB: word ((((a / X) * H + h) * W + w) * I2 + b / 2) * X + a % X holds (a, b), (a, b + 1), I2 = ceil(I / 2).
-// Units: the source's tiles in storage order (one read stream; each tile's pairs of rows go to 16 contiguous
-// words, 8 lines apart by X words: reading in the destination's order instead strided over the tiles and ran
-// at the memory speed of oneDNN's reorder). Out-channels past the source's padding (X > 16): zero_pairs_of_b.
+// Each source tile's pairs of rows go to 16 contiguous words, 8 lines apart by X words (reading in the
+// destination's order instead strided over the tiles and ran at the memory speed of oneDNN's reorder).
+// Out-channels past the source's padding (X > 16): zero_pairs_of_b.
 JOULE_X86_64_V4_CLONE void cast_pairs_of_b(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end) {
     const int64_t I2 = (c.I + 1) / 2;
     for (int64_t u = begin; u < end; ++u) {
@@ -89,22 +90,113 @@ void zero_pairs_of_b(const WeightTileCast& c, uint32_t* dst) {
         for (int64_t bp = 0; bp < I2; ++bp) std::memset(dst + ((ax * c.H * c.W + hw) * I2 + bp) * c.X + from % c.X, 0, size_t(to - from) * 4);
 }
 
+#if defined(__x86_64__)
+// A 64-byte line of the destination, with a non-temporal store where `stream` (no read for ownership of a
+// line the cast writes whole).
+JOULE_INLINE JOULE_V4 void store_line(uint32_t* p, u32x16 w, bool stream) {
+    if (stream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), __m512i(w));
+    else std::memcpy(p, &w, sizeof w);
+}
+// The two bf16 rows of 16 lanes as pairs: word i = (lo[i], hi[i]).
+JOULE_INLINE JOULE_V4 u32x16 pairs16(v16 lo, v16 hi) {
+    return __builtin_convertvector(to_bf16x16(lo), u32x16) | __builtin_convertvector(to_bf16x16(hi), u32x16) << 16;
+}
+// cast_pairs_of_b on vectors, each row of pairs one line of the destination (a0 % X and X are multiples of 16).
+JOULE_V4 void cast_pairs_of_b_v4(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end, bool stream) {
+    const int64_t I2 = (c.I + 1) / 2;
+    for (int64_t u = begin; u < end; ++u) {
+        const int64_t w = u % c.W, h = u / c.W % c.H, ib = u / (c.W * c.H) % c.tiles_i(), a0 = u / (c.W * c.H * c.tiles_i()) * 16;
+        const float* tile = src + u * 256;
+        uint32_t* out = dst + ((((a0 / c.X) * c.H + h) * c.W + w) * I2 + ib * 8) * c.X + a0 % c.X;
+        for (int64_t r = 0; r < std::min<int64_t>(8, I2 - ib * 8); ++r, out += c.X) store_line(out, pairs16(ld16(tile + 32 * r), ld16(tile + 32 * r + 16)), stream);
+    }
+    if (stream) _mm_sfence();
+}
+#endif
+
 // 8a16b2a: per 16 x 16 tile (ABcd: the source's tile order; BAcd: in-channel blocks outermost) word
 // (a % 16 / 2) * 16 + b % 16 holds (a, b), (a + 1, b): the tile's rows rounded, then its pairs transposed.
 JOULE_X86_64_V4_CLONE void cast_pairs_of_a(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end) {
     const int64_t spatial = c.H * c.W;
-    for (int64_t u = begin; u < end; ++u) {  // u: the destination tile in storage order
-        const int64_t hw = u % spatial, outer = u / spatial;
-        const int64_t ob = c.in_major ? outer % c.tiles_o() : outer / c.tiles_i(), ib = c.in_major ? outer / c.tiles_o() : outer % c.tiles_i();
-        const float* tile = src + c.src_tile(ob, ib, hw / c.W, hw % c.W);
+    for (int64_t u = begin; u < end; ++u) {  // u: the source tile in storage order
+        const int64_t hw = u % spatial, ob = u / spatial / c.tiles_i(), ib = u / spatial % c.tiles_i();
+        const float* tile = src + u * 256;
         uint32_t pairs[128];  // row b: pairs (2k, 2k + 1) at b * 8 + k
         for (int i = 0; i < 128; ++i) pairs[i] = bf16_pair(tile[2 * i], tile[2 * i + 1]);
-        uint32_t* out = dst + u * 128;
+        uint32_t* out = dst + ((c.in_major ? ib * c.tiles_o() + ob : ob * c.tiles_i() + ib) * spatial + hw) * 128;
         for (int k = 0; k < 8; ++k)
             for (int b = 0; b < 16; ++b) out[k * 16 + b] = pairs[b * 8 + k];
     }
 }
+#if defined(__x86_64__)
+// Swaps bit L of the lane index with the bit of the register index that tells x (0) from y (1): the element
+// at lane j with bit L set in x and the one at lane j with it clear in y change places (two-source permutes).
+template <int L>
+JOULE_INLINE JOULE_V4 void swap_lane_bit(u32x16& x, u32x16& y) {
+    static_assert(L >= 0 && L < 3);
+    constexpr u32x16 kX[3] = {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+                              {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                              {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}};
+    constexpr u32x16 kY[3] = {{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
+                              {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+                              {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}};
+    const u32x16 nx = __builtin_shuffle(x, y, kX[L]), ny = __builtin_shuffle(x, y, kY[L]);
+    x = nx, y = ny;
+}
+// cast_pairs_of_a on vectors. The tile's rounded pairs are a 16 x 8 matrix of words (row b, pair k), in 8
+// registers of two rows each: register (b3 b2 b1), lane (b0 k2 k1 k0); the destination wants register k,
+// lane b. Three swaps of a register bit with a lane bit, then one permute inside each register, give the
+// destination's 8 lines.
+JOULE_V4 void cast_pairs_of_a_v4(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end, bool stream) {
+    const int64_t spatial = c.H * c.W;
+    constexpr u32x16 kRowOrder = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};  // lane (b0 b3 b2 b1) -> (b3 b2 b1 b0)
+    for (int64_t u = begin; u < end; ++u) {
+        const int64_t hw = u % spatial, ob = u / spatial / c.tiles_i(), ib = u / spatial % c.tiles_i();
+        const float* tile = src + u * 256;
+        u32x16 v[8];
+        for (int r = 0; r < 8; ++r) {
+            const u16x16 h[2] = {to_bf16x16(ld16(tile + 32 * r)), to_bf16x16(ld16(tile + 32 * r + 16))};
+            std::memcpy(&v[r], h, sizeof v[r]);
+        }
+        for (int r = 0; r < 8; r += 2) swap_lane_bit<0>(v[r], v[r + 1]);               // (b3 b2 k0), (b0 k2 k1 b1)
+        for (int r : {0, 1, 4, 5}) swap_lane_bit<1>(v[r], v[r + 2]);                    // (b3 k1 k0), (b0 k2 b2 b1)
+        for (int r = 0; r < 4; ++r) swap_lane_bit<2>(v[r], v[r + 4]);                   // (k2 k1 k0), (b0 b3 b2 b1)
+        uint32_t* out = dst + ((c.in_major ? ib * c.tiles_o() + ob : ob * c.tiles_i() + ib) * spatial + hw) * 128;
+        for (int k = 0; k < 8; ++k) store_line(out + k * 16, __builtin_shuffle(v[k], kRowOrder), stream);
+    }
+    if (stream) _mm_sfence();
+}
+#endif
 }  // namespace
+
+std::optional<CopyToBf16> CopyToBf16::of(const TensorDesc& from, const TensorDesc& to) {
+    if (from.dtype != DType::F32 || to.dtype != DType::BF16 || from.shape != to.shape) return std::nullopt;
+    CopyToBf16 r;
+    if (from.layout == to.layout && from.blocking == to.blocking) {
+        r.units_ = from.storage_numel();
+        return r;
+    }
+    const std::optional<WeightTileCast> c = weight_tile_cast(from, to);
+    if (!c) return std::nullopt;
+    r.unit_ = 256, r.units_ = c->tiles();
+    const bool b = c->kind == WeightTileCast::PairsOfB;
+    r.cast_ = [c = *c, b](const float* src, void* dst, int64_t begin, int64_t end, bool stream) {
+        auto* words = static_cast<uint32_t*>(dst);
+#if defined(__x86_64__)
+        // whole lines on vectors, streamed where asked (the buffer's lines are its own: 64-byte aligned)
+        if (kHasV4 && reinterpret_cast<uintptr_t>(dst) % 64 == 0)
+            return b ? cast_pairs_of_b_v4(c, src, words, begin, end, stream) : cast_pairs_of_a_v4(c, src, words, begin, end, stream);
+#endif
+        b ? cast_pairs_of_b(c, src, words, begin, end) : cast_pairs_of_a(c, src, words, begin, end);
+    };
+    if (b) r.finish_ = [c = *c](void* dst) { zero_pairs_of_b(c, static_cast<uint32_t*>(dst)); };
+    return r;
+}
+
+void CopyToBf16::run(const float* src, void* dst, int64_t begin, int64_t end, bool stream) const {
+    if (cast_) return cast_(src, dst, begin, end, stream);
+    to_bf16(src, static_cast<uint16_t*>(dst), begin, end, stream);
+}
 
 JOULE_X86_64_V4_CLONE void from_bf16(const uint16_t* __restrict x, float* __restrict y, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = bf16_to_f32(x[i]);
@@ -119,35 +211,23 @@ void to_bf16(const float* x, uint16_t* y, int64_t begin, int64_t end, bool strea
 
 std::unique_ptr<Kernel> make_cast(const KernelArgs& a) {
     const TensorDesc &x = a.in_desc(0), &y = a.out_desc(0);
-    if (x.layout == y.layout && x.blocking == y.blocking && x.shape == y.shape &&
-        ((x.dtype == DType::F32 && y.dtype == DType::BF16) || (x.dtype == DType::BF16 && y.dtype == DType::F32))) {
-        // the same storage order: element i of one buffer is element i of the other, padding included
-        const int64_t n = x.storage_numel();
-        const void* src = a.in[0];
+    if (const std::optional<CopyToBf16> c = CopyToBf16::of(x, y)) {
+        const float* src = static_cast<const float*>(a.in[0]);
         void* dst = a.out[0];
-        if (x.dtype == DType::F32) {
-            // a parameter's low-precision copy: written whole, and read only when its layer's turn comes
-            // (activations stay in the caches for the node that reads them next)
-            const bool stream = a.g.tensor(a.node.inputs[0]).role == TensorRole::Parameter && n * 2 > kStreamBytes;
-            return std::make_unique<FunctionKernel>([=](const RunContext&) {
-                parallel_chunks(n, [&](int64_t b, int64_t e) { to_bf16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), b, e, stream); });
-            });
-        }
-        return std::make_unique<FunctionKernel>([=](const RunContext&) {
-            parallel_chunks(n, [&](int64_t b, int64_t e) { from_bf16(static_cast<const uint16_t*>(src), static_cast<float*>(dst), b, e); });
+        // a parameter's low-precision copy: written whole, and read only when its layer's turn comes
+        // (activations stay in the caches for the node that reads them next)
+        const bool stream = a.g.tensor(a.node.inputs[0]).role == TensorRole::Parameter && y.bytes() > kStreamBytes;
+        return std::make_unique<FunctionKernel>([=, c = *c](const RunContext&) {
+            parallel_chunks(c.units(), [&](int64_t b, int64_t e) { c.run(src, dst, b, e, stream); });
+            c.finish(dst);
         });
     }
-    if (const auto c = weight_tile_cast(x, y)) {
-        const float* src = static_cast<const float*>(a.in[0]);
-        auto* dst = static_cast<uint32_t*>(a.out[0]);
-        if (c->kind == WeightTileCast::PairsOfB)
-            return std::make_unique<FunctionKernel>([=, c = *c](const RunContext&) {
-                parallel_chunks(c.tiles_o() * c.tiles_i() * c.H * c.W, [&](int64_t b, int64_t e) { cast_pairs_of_b(c, src, dst, b, e); });
-                zero_pairs_of_b(c, dst);
-            });
-        return std::make_unique<FunctionKernel>([=, c = *c](const RunContext&) {
-            parallel_chunks(c.tiles_o() * c.tiles_i() * c.H * c.W, [&](int64_t b, int64_t e) { cast_pairs_of_a(c, src, dst, b, e); });
-        });
+    if (x.layout == y.layout && x.blocking == y.blocking && x.shape == y.shape && x.dtype == DType::BF16 && y.dtype == DType::F32) {
+        // the same storage order: element i of one buffer is element i of the other, padding included
+        const int64_t n = x.storage_numel();
+        const auto* src = static_cast<const uint16_t*>(a.in[0]);
+        auto* dst = static_cast<float*>(a.out[0]);
+        return std::make_unique<FunctionKernel>([=](const RunContext&) { parallel_chunks(n, [&](int64_t b, int64_t e) { from_bf16(src, dst, b, e); }); });
     }
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     // a plain side of a reorder to or from a blocked layout is seen over the blocking's dims (a grouped

@@ -248,6 +248,8 @@ private:
 };
 }  // namespace
 
+bool CpuBackend::writes_low_copy(const TensorDesc& param, const TensorDesc& copy) { return CopyToBf16::of(param, copy).has_value(); }
+
 LayoutWishes CpuBackend::layout_wishes(const Graph& g, NodeId id) {
     const Node& n = g.node(id);
     if (n.kind == OpKind::Conv2d || n.kind == OpKind::ConvBackwardData || n.kind == OpKind::ConvBackwardWeights) {

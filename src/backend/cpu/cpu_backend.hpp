@@ -67,6 +67,10 @@ public:
     // shapes, dtypes and this CPU; no wish for anything else (activations stay nhwc, which oneDNN's brgemm
     // kernels read directly).
     static LayoutWishes layout_wishes(const Graph& g, NodeId n);
+    // Whether this backend's optimizer updates write a bf16 copy of an f32 parameter in layout `copy`
+    // (plan/'s fold_casts): the parameter's own storage order, or a convolution weight's f32 master into
+    // the bf16 convolution formats (convert.cpp's CopyToBf16).
+    static bool writes_low_copy(const TensorDesc& param, const TensorDesc& copy);
 
 private:
     std::unique_ptr<Kernel> prepare_kernel(const Graph& g, NodeId n, const std::vector<void*>& inputs, const std::vector<void*>& outputs);

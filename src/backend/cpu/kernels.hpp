@@ -170,6 +170,30 @@ constexpr int64_t kStreamBytes = int64_t(2) << 20;
 void to_bf16(const float* x, uint16_t* y, int64_t begin, int64_t end, bool stream);
 // y[i] = x[i] widened to f32 for i in [begin, end), vectorised.
 void from_bf16(const uint16_t* x, float* y, int64_t begin, int64_t end);
+// An f32 tensor rounded into a bf16 one, a range of the source at a time (convert.cpp: a Cast, and an
+// update's copies of its parameter, written as the update stores each block): the same storage order
+// (units of one element), or a convolution weight's f32 master (ABcd16b16a) into a bf16 convolution format
+// (units of one 16 x 16 tile, 256 elements; the source's storage order either way). of(): null for other
+// pairs of layouts.
+class CopyToBf16 {
+public:
+    static std::optional<CopyToBf16> of(const TensorDesc& from, const TensorDesc& to);
+    int64_t unit() const { return unit_; }    // source storage elements per unit
+    int64_t units() const { return units_; }  // in the whole source
+    // Rounds the source's units [begin, end) into dst; `stream`: with non-temporal stores (a copy that is
+    // not read soon: past kStreamBytes, or an update's), where the CPU has AVX-512.
+    void run(const float* src, void* dst, int64_t begin, int64_t end, bool stream) const;
+    // Zeroes what no source unit writes (a format's out-channel block past the master's padding): once
+    // per write of the whole copy, after run().
+    void finish(void* dst) const {
+        if (finish_) finish_(dst);
+    }
+
+private:
+    int64_t unit_ = 1, units_ = 0;
+    std::function<void(const float*, void*, int64_t, int64_t, bool)> cast_;  // a format change (null: the same order)
+    std::function<void(void*)> finish_;
+};
 // A Linear node (forward, backward-data or -weights) over at most kFewRows rows as loops of joule's own
 // (linear_rows.cpp), or null where they do not apply (more rows, a blocked weight, no AVX-512, mixed dtypes).
 constexpr int64_t kFewRows = 4;

@@ -1,5 +1,5 @@
 // Optimizer updates, in place on the parameter and its state: the formulas of graph/ops/update.cpp.
-// Adam's step t is the RunContext's. f32, and the parameter's bf16 copy where the update keeps one.
+// Adam's step t is the RunContext's. f32, and the parameter's bf16 copies where the update keeps some.
 #include <cmath>
 
 #include "backend/reference/kernels.hpp"
@@ -8,10 +8,8 @@ namespace joule::reference {
 
 std::unique_ptr<Kernel> make_update(const Op& op) {
     const Buf p = op.in[0], g = op.in[1];
-    // the parameter's bf16 copy (low_copy): the updated parameter, rounded
-    const int copy_at = low_copy_input(op.node);
-    const Buf c = copy_at >= 0 ? op.in[size_t(copy_at)] : Buf{};
-    const bool copy = copy_at >= 0;
+    // the parameter's bf16 copies (low_copies, any layout): the updated parameter, rounded
+    const std::vector<Buf> copies(op.in.end() - low_copy_count(op.node), op.in.end());
     if (op.kind() == OpKind::SgdUpdate) {
         const SgdAttrs a = op.attrs<SgdAttrs>();
         const bool momentum = a.momentum != 0.0f;
@@ -26,7 +24,7 @@ std::unique_ptr<Kernel> make_update(const Op& op) {
                     step = v.get(i);
                 }
                 p.set(i, double(p.get(i)) - lr * step);
-                if (copy) c.set(i, p.get(i));
+                for (const Buf& c : copies) c.set(i, p.get(i));
             }
         });
     }
@@ -44,7 +42,7 @@ std::unique_ptr<Kernel> make_update(const Op& op) {
             v.set(i, b2 * double(v.get(i)) + (1 - b2) * gi * gi);
             const double m_hat = double(m.get(i)) / c1, v_hat = double(v.get(i)) / c2;
             p.set(i, double(p.get(i)) - lr * m_hat / (std::sqrt(v_hat) + double(a.eps)));
-            if (copy) c.set(i, p.get(i));
+            for (const Buf& c : copies) c.set(i, p.get(i));
         }
     });
 }
