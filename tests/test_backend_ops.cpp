@@ -443,6 +443,10 @@ std::vector<Case> make_cases() {
     cs.push_back({"EmbeddingBackward", [=](Graph& g, Fills& f) {  // 10 indices into 4 rows: repeated rows
                       backward(g, K::EmbeddingBackward, NoAttrs{}, {input(g, f, "dy", plain({2, 5, 6})), indices(g, f, "idx", {2, 5}, 4)}, plain({4, 6}));
                   }, false});
+    // ... past a small node (on both threads, each its own columns: 72 = 4.5 lines of 16), 512 indices into 30 rows
+    cs.push_back({"EmbeddingBackward_threads", [=](Graph& g, Fills& f) {
+                      backward(g, K::EmbeddingBackward, NoAttrs{}, {input(g, f, "dy", plain({4, 128, 72})), indices(g, f, "idx", {4, 128}, 30)}, plain({30, 72}));
+                  }, false});
     cs.push_back({"SoftmaxCrossEntropy", [=](Graph& g, Fills& f) {
                       g.add(K::SoftmaxCrossEntropy, NoAttrs{}, {input(g, f, "logits", plain({5, 7}), {-3, 3}), indices(g, f, "labels", {5}, 7)}, "loss");
                   }, false});

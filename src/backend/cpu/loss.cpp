@@ -61,14 +61,21 @@ std::unique_ptr<Kernel> make_embedding(const KernelArgs& a) {
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         check_indices(idx, n, vocab, name, "index");
         // Zeroed by all threads (a word embedding's gradient is the whole table: BERT's 15.6 MB), then summed
-        // parallel over the embedding dimension: no two threads touch the same element.
+        // parallel over the embedding dimension, each thread its own columns (whole 64-byte lines) in one pass
+        // over the indices: no two threads touch the same element, and each gradient row it adds to is fetched
+        // once (one pass per 16 columns fetched every row from memory again: 2.0 ms at bert-tiny b32).
         parallel_chunks(vocab, [&](int64_t begin, int64_t end) { std::memset(dtable + begin * dim, 0, size_t((end - begin) * dim) * sizeof(float)); });
-#pragma omp parallel for schedule(static)
-        for (int64_t d0 = 0; d0 < dim; d0 += 16) {
-            const int64_t d1 = std::min(dim, d0 + 16);
-            for (int64_t i = 0; i < n; ++i) {
+        const int64_t lines = (dim + 15) / 16;
+#pragma omp parallel
+        {
+            const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+            const int64_t d0 = std::min(dim, lines * t / threads * 16), d1 = std::min(dim, lines * (t + 1) / threads * 16);
+            constexpr int64_t kAhead = 8;  // rows fetched ahead: the indices are random, no prefetcher guesses them
+            for (int64_t i = 0; i < n && d0 < d1; ++i) {
+                if (i + kAhead < n) __builtin_prefetch(dtable + int64_t(idx[i + kAhead]) * dim + d0, 1);
                 float* row = dtable + int64_t(idx[i]) * dim;
                 const float* g = dy + i * dim;
+#pragma omp simd
                 for (int64_t d = d0; d < d1; ++d) row[d] += g[d];
             }
         }
