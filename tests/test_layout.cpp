@@ -375,7 +375,8 @@ namespace {
 // (plan/'s fold_casts, CopyToBf16) writes, each step, what oneDNN's reorder of the updated master stores,
 // byte for byte: padding zero (out-channels past the master's padding when X = 48 or 64), one update with
 // several copies (both formats and the master's own order), on two threads, split in whole tiles; the
-// reference backend likewise; and the executor's first copies (initialisation) are the same bytes.
+// reference backend likewise; and the executor's first copies (initialisation) are the same bytes. SGD with
+// momentum and Adam.
 TEST(Layout, UpdatesWriteTheirWeightCopiesInBf16ConvolutionFormats) {
     const std::vector<std::vector<tag>> copy_sets = {{tag::AcdB64a2b, tag::BAcd8a16b2a}, {tag::AcdB48a2b, tag::ABcd8a16b2a, tag::ABcd16b16a},
                                                      {tag::AcdB16a2b}, {tag::AcdB32a2b, tag::BAcd8a16b2a}};
@@ -384,18 +385,23 @@ TEST(Layout, UpdatesWriteTheirWeightCopiesInBf16ConvolutionFormats) {
         const dnnl::memory::dims dims(shape.begin(), shape.end());
         const dnnl::memory::desc master_md(dims, dnnl::memory::data_type::f32, tag::ABcd16b16a);
         const TensorDesc master = blocked(shape, master_md);
-        for (const std::vector<tag>& targets : copy_sets) {
+        for (size_t set = 0; set < copy_sets.size(); ++set) {
+            const std::vector<tag>& targets = copy_sets[set];
+            const bool adam = set % 2 == 1;
             Graph g;
             const TensorId p = g.parameter("p", master, Init::normal(1.0f));
             const TensorId grad = g.state("g", master, Init::normal(1.0f)), v = g.state("v", master, Init::normal(0.1f));
             std::vector<TensorId> ins = {p, grad, v};
+            if (adam) ins.push_back(g.state("v2", master, Init::zeros()));  // the second moment: m is v
+            const size_t first_copy = ins.size();
             for (size_t i = 0; i < targets.size(); ++i) {
                 TensorDesc c = blocked(shape, dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, targets[i]));
                 c.dtype = DType::BF16;
                 ASSERT_TRUE(writes_low_copy("cpu", master, c)) << c.blocking.name();
                 ins.push_back(g.state("c" + std::to_string(i), c, Init::zeros()));
             }
-            g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, int(targets.size())}, ins, "sgd", Phase::Update);
+            if (adam) g.add(OpKind::AdamUpdate, AdamAttrs{0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, false, int(targets.size())}, ins, "adam", Phase::Update);
+            else g.add(OpKind::SgdUpdate, SgdAttrs{0.1f, 0.9f, 0.01f, int(targets.size())}, ins, "sgd", Phase::Update);
             for (int r = 0; r < 2; ++r) {  // the cpu's loops, the reference
                 cpu::CpuBackend cpu(2);
                 ReferenceBackend ref;
@@ -405,7 +411,7 @@ TEST(Layout, UpdatesWriteTheirWeightCopiesInBf16ConvolutionFormats) {
                 dnnl::stream st(eng);
                 auto expect_copies = [&](const std::string& when) {  // each copy against oneDNN's reorder of p as it is now
                     for (size_t i = 0; i < targets.size(); ++i) {
-                        const TensorId c = ins[3 + i];
+                        const TensorId c = ins[first_copy + i];
                         const size_t bytes = g.tensor(c).desc.bytes();
                         std::vector<std::byte> want(bytes, std::byte{0xff});
                         dnnl::memory from(master_md, eng, ex.data(p)), to(dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, targets[i]), eng, want.data());
@@ -413,12 +419,12 @@ TEST(Layout, UpdatesWriteTheirWeightCopiesInBf16ConvolutionFormats) {
                         st.wait();
                         const auto* have = static_cast<const std::byte*>(ex.data(c));
                         EXPECT_TRUE(std::equal(want.begin(), want.end(), have))
-                            << g.tensor(c).desc.blocking.name() << " of " << shape_str(shape) << (r == 0 ? " on the cpu" : " on the reference") << ", " << when;
+                            << g.tensor(c).desc.blocking.name() << " of " << shape_str(shape) << (adam ? " (Adam)" : " (SGD)") << (r == 0 ? " on the cpu" : " on the reference") << ", " << when;
                     }
                 };
                 expect_copies("initialised");
                 if (r == 0)  // the update writes every byte of the copies, padding included
-                    for (size_t i = 0; i < targets.size(); ++i) std::memset(ex.data(ins[3 + i]), 0xff, g.tensor(ins[3 + i]).desc.bytes());
+                    for (size_t i = 0; i < targets.size(); ++i) std::memset(ex.data(ins[first_copy + i]), 0xff, g.tensor(ins[first_copy + i]).desc.bytes());
                 ex.run_all();
                 expect_copies("after a step");
             }
