@@ -236,8 +236,8 @@ inline bool gemm_may_write_f32(OpKind k) {
 }
 // Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
 // own loops: batch norm and its backward, with or without an activation fused or folded in, GELU and its
-// backward, dropout (its output; the mask stays f32); the reference stores any dtype): plan/'s fuse pass folds a Cast that follows one into it, so
-// the f32 tensor is neither written nor read.
+// backward, dropout (its output; the mask stays f32); the reference stores any dtype): plan/'s fuse pass
+// folds a Cast that follows one into it, so the f32 tensor is neither written nor read.
 inline bool stores_output_low(OpKind kind) {
     switch (kind) {
         case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::Gelu: case OpKind::GeluBackward: case OpKind::Dropout: return true;
