@@ -1030,7 +1030,7 @@ TEST(Cli, ErrorsReadTheSameEverywhere) {
     expect_failure("analyze --device gpu-nvidia-v100-sxm2 --sweep capacity=1MiB,2MiB --sweep capacity=4MiB", "--sweep capacity is given twice");
     // a batch that cannot fit the device's memory is not modelled
     expect_failure("analyze --net vgg16 --batch 1048576 --device gpu-nvidia-v100-sxm2",
-                   "vgg16 batch 1048576 needs 60.9 TiB of tensor memory (its memory plan), but gpu-nvidia-v100-sxm2 has 32.0 GiB");
+                   "vgg16 batch 1048576 needs 37.9 TiB of tensor memory (its memory plan), but gpu-nvidia-v100-sxm2 has 32.0 GiB");
     // values a command does not accept, and flags it would ignore
     r = run("profile --db " + temp_path("dtype.db") + " --dtype f64");
     EXPECT_NE(r.code, 0);

@@ -236,11 +236,13 @@ inline bool gemm_may_write_f32(OpKind k) {
 }
 // Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
 // own loops: batch norm and its backward, with or without an activation fused or folded in, GELU and its
-// backward, dropout (its output; the mask stays f32); the reference stores any dtype): plan/'s fuse pass
-// folds a Cast that follows one into it, so the f32 tensor is neither written nor read.
+// backward, dropout (its output; the mask stays f32), max pooling's backward; the reference stores any
+// dtype): plan/'s fuse pass folds a Cast that follows one into it, so the f32 tensor is neither written nor
+// read.
 inline bool stores_output_low(OpKind kind) {
     switch (kind) {
-        case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::Gelu: case OpKind::GeluBackward: case OpKind::Dropout: return true;
+        case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::Gelu: case OpKind::GeluBackward: case OpKind::Dropout:
+        case OpKind::MaxPool2dBackward: return true;
         default: return false;
     }
 }
@@ -268,11 +270,13 @@ inline bool fusable(OpKind producer, OpKind act) {
 }
 // Whether a backward node of kind `pre` may be folded into the node of kind `consumer` that reads its
 // result as input 0 (Node::pre_op), which then computes that input as it reads it instead of reading a
-// stored one: an activation's backward (reading the activation's output Y) into batch norm's backward, and
-// a gradient sum (Add: a residual junction's two gradients) into the ReLU / ReLU6 backward reading it.
+// stored one: an activation's backward (reading the activation's output Y) into batch norm's backward or
+// max pooling's (whose arg-max routing commutes with the activation's mask where the pool reads the
+// activation: plan/'s fuse pass), and a gradient sum (Add: a residual junction's two gradients) into the
+// ReLU / ReLU6 backward reading it.
 inline bool fusable_backward(OpKind pre, OpKind consumer) {
     if (pre == OpKind::Add) return consumer == OpKind::ReluBackward || consumer == OpKind::Relu6Backward;
-    return (pre == OpKind::ReluBackward || pre == OpKind::Relu6Backward) && consumer == OpKind::BatchNormBackward;
+    return (pre == OpKind::ReluBackward || pre == OpKind::Relu6Backward) && (consumer == OpKind::BatchNormBackward || consumer == OpKind::MaxPool2dBackward);
 }
 
 struct Node;

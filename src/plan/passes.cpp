@@ -407,10 +407,43 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
         if (const TensorId beta = forward_beta(n, b.inputs[1]); beta != kNone) pre[k] = {b.kind, b.inputs[0], beta, true};
         else pre[k] = {b.kind, b.inputs[0], b.inputs[1]};
     }
+    // An activation's backward whose gradient is a max-pool backward's alone, the pool reading that activation's
+    // output, folds into the pool's backward the other way round (commuted): the pool routes each dY to its
+    // window's arg-max, where the activation's output is the pool's own output Y_pool, so masking dY by
+    // f'(Y_pool) before routing gives the same bits as masking the routed gradient by f'(Y) after it. The node
+    // reads (dY, argmax, Y_pool), writes the activation's gradient, and Y is not read in the backward at all.
+    struct Commuted {
+        OpKind kind = OpKind::Count;
+        TensorId y_pool = kNone, out = kNone;
+    };
+    std::vector<Commuted> commuted(g.num_nodes());  // per pool backward
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& r = g.node(NodeId(k));
+        if (!backward_reads_output(r.kind) || r.phase != Phase::Backward || r.inputs.size() != 2 || folded_backward[k] || pre[k].kind != OpKind::Count ||
+            r.pre_op != OpKind::Count)
+            continue;
+        const TensorId dz = r.inputs[0];
+        const NodeId p = g.tensor(dz).producer;
+        if (p == kNone) continue;
+        const Node& b = g.node(p);
+        if (b.kind != OpKind::MaxPool2dBackward || b.outputs[0] != dz || b.source == kNone || pre[size_t(p)].kind != OpKind::Count ||
+            b.pre_op != OpKind::Count || commuted[size_t(p)].kind != OpKind::Count || g.consumers(dz).size() != 1 || kept[size_t(dz)] ||
+            !(g.tensor(r.outputs[0]).desc == g.tensor(dz).desc) || b.device != r.device || b.compute != r.compute || !fuses_activations(b.device))
+            continue;
+        const Node& f = g.node(b.source);
+        if (f.kind != OpKind::MaxPool2d || f.inputs[0] != r.inputs[1] || !(g.tensor(f.outputs[0]).desc == g.tensor(b.inputs[0]).desc)) continue;
+        commuted[size_t(p)] = {r.kind, f.outputs[0], r.outputs[0]};
+        folded_backward[k] = true;
+    }
     size_t k = 0;  // rebuild() rewrites the nodes in order
     return rebuild(std::move(tg), [&](Node& n, Graph&) {
         const size_t id = k++;
         if (folded[id] != kNone || folded_backward[id]) return false;
+        if (const Commuted& c = commuted[id]; c.kind != OpKind::Count) {
+            n.inputs.push_back(c.y_pool);
+            n.outputs[0] = c.out;
+            n.pre_op = c.kind;
+        }
         if (const auto [act, y] = fused[id]; y != kNone) {
             n.outputs[0] = y;
             n.post_op = act;

@@ -35,8 +35,11 @@
 //                     result (Node::pre_op, fusable_backward): that node reads (dY, ..., Y) and the
 //                     activation's gradient is never stored -- or, where the forward is a batch norm with
 //                     that activation fused in, (dY, ..., beta), Y recomputed from X (NormAttrs::
-//                     recompute_act); and a gradient sum (a residual junction's Add) into the ReLU / ReLU6
-//                     backward reading it, which reads (a, Y, b)
+//                     recompute_act); a ReLU / ReLU6 backward after a max-pool backward, the pool reading
+//                     the activation, into that pool backward, commuted: it reads (dY, argmax, Y_pool) and
+//                     masks dY by f'(Y_pool) (the same bits), so Y is not read in the backward at all; and a
+//                     gradient sum (a residual junction's Add) into the ReLU / ReLU6 backward reading it,
+//                     which reads (a, Y, b)
 //   fold_casts        (part of the fuse step) a Cast from f32 to bf16, same storage order, folds into the
 //                     node writing its input when that node rounds as it stores (stores_output_low), on a
 //                     device whose backend fuses, and the cast is the input's only reader, not kept: the node
