@@ -415,6 +415,15 @@ TEST(Passes, CommutesActivationBackwardsIntoMaxPoolBackwards) {
             }
             EXPECT_EQ(commuted, keep_gradients ? 0 : pools) << net;
         }
+    // not where the pool's forward runs on another device (it reads a transfer of the ReLU's output)
+    Net n = build("lenet5", 2, 0);
+    const Plan plan = parse_plan(header(n.train) + "entries:\n  - {node: \"pool1\", device: \"fpga_emu:s10\"}\n", "p.yaml");
+    const LoweredGraph lg = lower(std::move(n.train), plan, LowerOptions{.keep = {n.model.loss}});
+    std::map<std::string, OpKind> pre;
+    for (const Node& b : lg.train.graph.nodes())
+        if (b.kind == OpKind::MaxPool2dBackward) pre[b.name] = b.pre_op;
+    EXPECT_EQ(pre.at("pool1.bwd"), OpKind::Count);
+    EXPECT_EQ(pre.at("pool2.bwd"), OpKind::ReluBackward);
 }
 
 // Fusion only where the result is the same graph computed with fewer passes: not when the pre-activation

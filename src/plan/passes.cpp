@@ -431,7 +431,8 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep) {
             !(g.tensor(r.outputs[0]).desc == g.tensor(dz).desc) || b.device != r.device || b.compute != r.compute || !fuses_activations(b.device))
             continue;
         const Node& f = g.node(b.source);
-        if (f.kind != OpKind::MaxPool2d || f.inputs[0] != r.inputs[1] || !(g.tensor(f.outputs[0]).desc == g.tensor(b.inputs[0]).desc)) continue;
+        if (f.kind != OpKind::MaxPool2d || f.inputs[0] != r.inputs[1] || f.device != b.device || !(g.tensor(f.outputs[0]).desc == g.tensor(b.inputs[0]).desc))
+            continue;  // the pool read Y itself (not a transfer of it) where its backward runs, Y_pool stored as dY
         commuted[size_t(p)] = {r.kind, f.outputs[0], r.outputs[0]};
         folded_backward[k] = true;
     }
