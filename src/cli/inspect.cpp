@@ -110,7 +110,7 @@ void add_inspect(CLI::App& app) {
                    shapes(g, n.outputs), fixed(c.flops / 1e6, 3), bytes_str(c.bytes_read), bytes_str(c.bytes_written)});
         }
         t.print(std::cout);
-        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers, " << lg.reorders << " reorders, " << lg.fused << " activations fused, " << lg.fused_backward << " backward nodes folded into their readers, "
+        std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers, " << lg.reorders << " reorders, " << lg.fused << " activations fused, " << lg.fused_backward << " backward nodes folded into neighbouring nodes, "
                   << lg.folded_casts << " casts folded into their producers, " << lg.update_copies << " parameters' casts folded into their updates";
         if (processes > 1) std::cout << "; one of " << processes << " processes (batch " << cfg.batch << " each), " << lg.allreduce_buckets << " gradient bucket(s) all-reduced";
         std::cout << "; graph fingerprint " << print << "\n";

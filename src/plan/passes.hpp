@@ -91,7 +91,7 @@ struct LoweredGraph {
     std::map<std::string, std::map<std::string, std::string>> options;  // per node name: backend options
     size_t casts = 0, transfers = 0;                                  // nodes the passes inserted
     size_t fused = 0;                                                 // activations folded into their producers
-    size_t fused_backward = 0;                                        // backward nodes folded into their readers (Node::pre_op)
+    size_t fused_backward = 0;                                        // backward nodes folded into a neighbour (Node::pre_op)
     size_t folded_casts = 0;                                          // casts folded into the node writing their input
     size_t update_copies = 0;                                         // parameters' casts folded into their updates (low_copies)
     size_t reorders = 0;                                              // layout changes the layout pass inserted
