@@ -335,9 +335,9 @@ std::vector<Case> make_cases() {
     add_pool_cases(cs, "2x3_plain", plain({1, 2, 5, 7}), pool(2, 3, 1, 2, 1, 1));
     add_pool_cases(cs, "16x16_i32_argmax", plain({1, 2, 17, 16}), pool(16, 16, 1, 1, 0, 0));
     // windows tiling the image (the cpu backend's max-pool backward loop): 6 channels with a row and a column
-    // past the last window, LeNet-5's first pool large enough for two threads, 64, 70, 16 and 40 channels, 3x3 / 3, and a
-    // 16x16 / 16 window's i32 arg-max in nhwc -- f32 only: 256 bf16 values tie at the top, and oneDNN's nhwc
-    // forward does not pick the first of them
+    // past the last window, LeNet-5's first pool large enough for two threads, 64, 70, 16 and 40 channels, 3x3 /
+    // 3, and a 16x16 / 16 window's i32 arg-max in nhwc -- f32 only: 256 bf16 values tie at the top, and oneDNN's
+    // nhwc forward does not pick the first of them
     add_pool_cases(cs, "2x2s2_tiled_nhwc", nhwc({2, 6, 9, 7}), pool(2, 2, 2, 2, 0, 0));
     add_pool_cases(cs, "2x2s2_tiled_lenet_nhwc", nhwc({16, 6, 28, 28}), pool(2, 2, 2, 2, 0, 0));
     add_pool_cases(cs, "2x2s2_tiled_64c_nhwc", nhwc({1, 64, 4, 6}), pool(2, 2, 2, 2, 0, 0));
