@@ -85,6 +85,17 @@ bool same_storage_loop(const KernelArgs& a) {
         if (a.in_desc(i).dtype != out.dtype) return false;
     return inputs_in_output_order(a);
 }
+}  // namespace
+
+void act_backward_range(bool bf16, bool six, const void* dz, const void* y, void* dx, int64_t begin, int64_t end) {
+    if (bf16)
+        act_backward_loop<uint16_t>(false, six)(static_cast<const uint16_t*>(dz), nullptr, static_cast<const uint16_t*>(y), static_cast<uint16_t*>(dx),
+                                                begin, end);
+    else
+        act_backward_loop<float>(false, six)(static_cast<const float*>(dz), nullptr, static_cast<const float*>(y), static_cast<float*>(dx), begin, end);
+}
+
+namespace {
 bool act_backward_by_loop(const KernelArgs& a) {
     return (a.node.kind == OpKind::ReluBackward || a.node.kind == OpKind::Relu6Backward) && same_storage_loop(a);
 }

@@ -201,6 +201,9 @@ std::unique_ptr<Kernel> make_linear_rows(const KernelArgs& a);
 std::unique_ptr<Kernel> make_matmul(const KernelArgs& a);
 std::unique_ptr<Kernel> make_norm(const KernelArgs& a);
 std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a);
+// The ReLU / ReLU6 (six) backward's loop (eltwise.cpp): dX = dZ f'(Y) over elements [begin, end) of f32 or
+// bf16 storage, all three in one dtype; max pooling's backward runs it for its folded activation backward.
+void act_backward_range(bool bf16, bool six, const void* dz, const void* y, void* dx, int64_t begin, int64_t end);
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a);
 std::unique_ptr<Kernel> make_dropout(const KernelArgs& a);
 std::unique_ptr<Kernel> make_sum_to(const KernelArgs& a);

@@ -12,7 +12,6 @@
 
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/vec.hpp"
-#include "graph/bf16.hpp"
 
 namespace joule::cpu {
 
@@ -70,8 +69,6 @@ template <Pass P>
 bool passes(float y) {
     return P == Pass::All || (y > 0 && (P == Pass::Relu || y < 6));
 }
-inline float value(float v) { return v; }
-inline float value(uint16_t v) { return bf16_to_f32(v); }
 // v (f32, or bf16's bits) in the output's type (an f32 node storing bf16: stores_output_low), zero unless keep,
 // as a bit mask: no branch in the scalar loop short channel counts run in
 template <class O, class T>
@@ -89,7 +86,7 @@ JOULE_X86_64_V4_CLONE void max_pool_backward_row(const PoolRows& g, const T* __r
         const A* __restrict m = am + ow * g.C;
         for (int64_t kw = 0; kw < g.KW; ++kw, x += g.C) {
             const A code = A(kh * g.KW + kw);
-            for (int64_t c = 0; c < g.C; ++c) x[c] = masked<O>(d[c], m[c] == code && (P == Pass::All || passes<P>(value(yp[ow * g.C + c]))));
+            for (int64_t c = 0; c < g.C; ++c) x[c] = masked<O>(d[c], m[c] == code && (P == Pass::All || passes<P>(ld(yp, ow * g.C + c))));
         }
     }
     std::memset(static_cast<void*>(x), 0, size_t((g.W - g.OW * g.KW) * g.C) * sizeof(O));
@@ -196,7 +193,7 @@ std::unique_ptr<Kernel> max_pool_backward(const KernelArgs& a) {
     }
 }
 // oneDNN's max-pooling backward with a folded activation backward: dY masked into a scratch copy first (dY's
-// size: a window's share of dX), then the primitive over it.
+// size: a window's share of dX) by the ReLU / ReLU6 backward's loop, then the primitive over it.
 class MaskedPoolBackward : public PrimitiveKernel {
 public:
     MaskedPoolBackward(CpuContext& ctx, std::function<void()> mask) : PrimitiveKernel(ctx), mask_(std::move(mask)) {}
@@ -208,20 +205,6 @@ public:
 private:
     std::function<void()> mask_;
 };
-template <class T, Pass P>
-std::function<void()> mask_loop(const T* dy, const T* y, T* out, int64_t n) {
-    return [=] {
-        parallel_chunks(n, [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) out[i] = masked<T>(dy[i], passes<P>(value(y[i])));
-        });
-    };
-}
-template <class T>
-std::function<void()> mask_loop(OpKind pre, const void* dy, const void* y, void* out, int64_t n) {
-    const T *d = static_cast<const T*>(dy), *b = static_cast<const T*>(y);
-    T* o = static_cast<T*>(out);
-    return pre == OpKind::ReluBackward ? mask_loop<T, Pass::Relu>(d, b, o, n) : mask_loop<T, Pass::Relu6>(d, b, o, n);
-}
 }  // namespace
 
 std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
@@ -255,9 +238,12 @@ std::unique_ptr<Kernel> make_pool(const KernelArgs& a) {
     if (a.node.pre_op != OpKind::Count) {  // (dY, argmax, Y_pool): the primitive reads dY masked by the activation's backward
         memory masked_dy(diff_dst.get_desc(), a.ctx.engine);
         const int64_t n = y.storage_numel();
-        auto mask = type == dt::bf16 ? mask_loop<uint16_t>(a.node.pre_op, a.in[0], a.in[2], masked_dy.get_data_handle(), n)
-                                     : mask_loop<float>(a.node.pre_op, a.in[0], a.in[2], masked_dy.get_data_handle(), n);
-        k = std::make_unique<MaskedPoolBackward>(a.ctx, std::move(mask));
+        const bool bf16 = type == dt::bf16, six = a.node.pre_op == OpKind::Relu6Backward;
+        const void *dy = a.in[0], *y_pool = a.in[2];
+        void* out = masked_dy.get_data_handle();
+        k = std::make_unique<MaskedPoolBackward>(a.ctx, [=] {
+            parallel_chunks(n, [&](int64_t begin, int64_t end) { act_backward_range(bf16, six, dy, y_pool, out, begin, end); });
+        });
         diff_dst = masked_dy;
     }
     // an f32 node storing bf16 (a folded cast): the primitive writes f32 scratch, reordered into dX
