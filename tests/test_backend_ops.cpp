@@ -450,8 +450,14 @@ std::vector<Case> make_cases() {
     // softmax, embedding, loss
     cs.push_back(unary("Softmax_2d", K::Softmax, AxisAttrs{-1}, plain({3, 7}), {-3, 3}));
     cs.push_back(unary("Softmax_3d", K::Softmax, AxisAttrs{2}, plain({2, 3, 5}), {-3, 3}));
+    // rows of whole vectors and a tail (cpu's loop: 16 lanes), and rows whose smaller terms underflow (exp below -87)
+    cs.push_back(unary("Softmax_rows_37", K::Softmax, AxisAttrs{-1}, plain({5, 37}), {-3, 3}));
+    cs.push_back(unary("Softmax_rows_128_wide", K::Softmax, AxisAttrs{-1}, plain({64, 128}), {-60, 60}));
     cs.push_back({"SoftmaxBackward", [=](Graph& g, Fills& f) {
                       backward(g, K::SoftmaxBackward, AxisAttrs{-1}, {input(g, f, "dy", plain({3, 7})), input(g, f, "y", plain({3, 7}), {0, 1})});
+                  }});
+    cs.push_back({"SoftmaxBackward_rows_37", [=](Graph& g, Fills& f) {
+                      backward(g, K::SoftmaxBackward, AxisAttrs{-1}, {input(g, f, "dy", plain({6, 37})), input(g, f, "y", plain({6, 37}), {0, 1})});
                   }});
     cs.push_back({"Embedding", [=](Graph& g, Fills& f) {
                       g.add(K::Embedding, NoAttrs{}, {indices(g, f, "idx", {2, 5}, 11), input(g, f, "table", plain({11, 6}))}, "emb");

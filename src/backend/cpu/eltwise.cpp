@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vec.hpp"
 #include "graph/bf16.hpp"
 
 namespace joule::cpu {
@@ -127,18 +128,19 @@ inline float select(bool c, float a, float b) {
     const uint32_t m = -uint32_t(c);
     return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & m) | (std::bit_cast<uint32_t>(b) & ~m));
 }
-// exp(v) for v <= 0: 2^n e^r with r in [-ln2/2, ln2/2] (ln 2 in two parts), a degree-6 polynomial; v below -87
-// is taken as -87 (e^-87 ~ 1.6e-38, which the callers multiply to 0), and so is NaN (the callers' other factor
-// is NaN then too), so that the conversion to int below is always defined.
+// exp(v) for v <= 0 (vec.hpp's exp_poly); v below -87 is taken as -87 (e^-87 ~ 1.6e-38, which the callers
+// multiply to 0), and so is NaN (the callers' other factor is NaN then too), so that the conversion to int below
+// is always defined.
 inline float exp_nonpositive(float v) {
+    using namespace exp_poly;
     v = select(v >= -87.0f, v, -87.0f);
-    const int32_t n = int32_t(v * 1.44269504f - 0.5f);  // round(v / ln 2), v <= 0
-    const float fn = float(n), r = (v - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
-    float p = 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    const int32_t n = int32_t(v * kLog2e - 0.5f);  // round(v / ln 2), v <= 0
+    const float fn = float(n), r = (v - fn * kLn2Hi) - fn * kLn2Lo;
+    float p = kP0;
+    p = p * r + kP1;
+    p = p * r + kP2;
+    p = p * r + kP3;
+    p = p * r + kP4;
     return (p * r * r + r + 1.0f) * std::bit_cast<float>(uint32_t(n + 127) << 23);
 }
 // Phi(x) = 0.5 (1 + erf(x / sqrt 2)) and e = exp(-x^2 / 2); for x < 0, Phi is the small 0.5 erfc(|x| / sqrt 2)

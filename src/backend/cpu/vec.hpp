@@ -48,6 +48,28 @@ JOULE_INLINE void st16(uint16_t* p, v16 v) {
 }
 JOULE_INLINE v16 splat(float x) { return v16{} + x; }
 
+// exp(v) for v <= 0 as 2^n e^r, r = v - n ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts), e^r a Cephes-style
+// degree-6 polynomial (relative error ~1e-7). The coefficients are shared by the scalar form in eltwise.cpp
+// (GELU, which GCC vectorises) and exp16_nonpositive below.
+namespace exp_poly {
+constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.428606765330187e-06f;
+constexpr float kP0 = 1.3981999507e-3f, kP1 = 8.3334519073e-3f, kP2 = 4.1665795894e-2f, kP3 = 1.6666665459e-1f, kP4 = 5.0000001201e-1f;
+}  // namespace exp_poly
+// Each lane's exp(v) for v <= 0; 0 below -87 (e^-87 ~ 1.6e-38), NaN kept.
+JOULE_INLINE v16 exp16_nonpositive(v16 v) {
+    using namespace exp_poly;
+    const auto tiny = v < -87.0f;
+    v = tiny ? splat(-87.0f) : v;  // keeps the conversion below in range; NaN passes (its lanes stay NaN)
+    const i32x16 n = __builtin_convertvector(v * kLog2e - 0.5f, i32x16);  // round(v / ln 2), v <= 0
+    const v16 fn = __builtin_convertvector(n, v16), r = (v - fn * kLn2Hi) - fn * kLn2Lo;
+    v16 p = r * kP0 + kP1;
+    p = p * r + kP2;
+    p = p * r + kP3;
+    p = p * r + kP4;
+    const v16 e = (p * r * r + r + 1.0f) * v16((n + 127) << 23);
+    return tiny ? splat(0.0f) : e;
+}
+
 // The sum of a vector's lanes.
 JOULE_INLINE float hsum(v16 v) {
     float s = 0;
