@@ -465,9 +465,14 @@ std::vector<Case> make_cases() {
     cs.push_back({"EmbeddingBackward", [=](Graph& g, Fills& f) {  // 10 indices into 4 rows: repeated rows
                       backward(g, K::EmbeddingBackward, NoAttrs{}, {input(g, f, "dy", plain({2, 5, 6})), indices(g, f, "idx", {2, 5}, 4)}, plain({4, 6}));
                   }, false});
-    // ... past a small node (on both threads, each its own columns: 72 = 4.5 lines of 16), 512 indices into 30 rows
+    // ... past a small node (on both threads): 512 indices into 30 rows (cpu: a table per thread, added up by rows),
+    // and into 4000 rows, a table past 1 MiB (each thread its own columns: 72 = 4.5 lines of 16)
     cs.push_back({"EmbeddingBackward_threads", [=](Graph& g, Fills& f) {
                       backward(g, K::EmbeddingBackward, NoAttrs{}, {input(g, f, "dy", plain({4, 128, 72})), indices(g, f, "idx", {4, 128}, 30)}, plain({30, 72}));
+                  }, false});
+    cs.push_back({"EmbeddingBackward_threads_large_table", [=](Graph& g, Fills& f) {
+                      backward(g, K::EmbeddingBackward, NoAttrs{}, {input(g, f, "dy", plain({4, 128, 72})), indices(g, f, "idx", {4, 128}, 4000)},
+                               plain({4000, 72}));
                   }, false});
     cs.push_back({"SoftmaxCrossEntropy", [=](Graph& g, Fills& f) {
                       g.add(K::SoftmaxCrossEntropy, NoAttrs{}, {input(g, f, "logits", plain({5, 7}), {-3, 3}), indices(g, f, "labels", {5}, 7)}, "loss");

@@ -3,6 +3,8 @@
 // or labels are a clear error.
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/vec.hpp"
@@ -11,6 +13,8 @@ namespace joule::cpu {
 
 namespace {
 using namespace dnnl;
+
+constexpr int64_t kSmallTableBytes = 1 << 20;  // an embedding gradient summed in a table per thread up to this size
 
 void check_indices(const int32_t* idx, int64_t n, int64_t limit, const std::string& node, const char* what) {
     for (int64_t i = 0; i < n; ++i)
@@ -147,6 +151,36 @@ std::unique_ptr<Kernel> make_embedding(const KernelArgs& a) {
     const int32_t* idx = static_cast<const int32_t*>(a.in[1]);
     float* dtable = static_cast<float*>(a.out[0]);
     const int64_t n = a.in_desc(1).numel(), vocab = a.out_desc(0).shape[0], dim = a.out_desc(0).shape[1];
+    // A small table (BERT's position and token-type embeddings: 256 KB, 1 KB): each thread sums its own rows of dY
+    // (the rows its producer wrote, in its cache) into a table of its own, thread 0's the gradient itself, and
+    // the tables are then added up by rows. Split by columns instead, each thread read half of every row of dY,
+    // half of them from the other core's cache: at bert-tiny b32, 4096 rows of 128, 221 us and 85 us (2 threads).
+    const int64_t table = vocab * dim, partials = omp_get_max_threads() - 1;
+    if (partials > 0 && table * int64_t(sizeof(float)) <= kSmallTableBytes) {
+        auto others = std::make_shared<std::vector<float>>(size_t(partials * table));  // threads 1.. tables
+        return std::make_unique<FunctionKernel>([=](const RunContext&) {
+            check_indices(idx, n, vocab, name, "index");
+#pragma omp parallel num_threads(int(std::min<int64_t>(omp_get_max_threads(), partials + 1)))
+            {
+                const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+                float* own = t == 0 ? dtable : others->data() + (t - 1) * table;
+                std::memset(own, 0, size_t(table) * sizeof(float));
+                for (int64_t i = n * t / threads, end = n * (t + 1) / threads; i < end; ++i) {
+                    float* row = own + int64_t(idx[i]) * dim;
+                    const float* g = dy + i * dim;
+#pragma omp simd
+                    for (int64_t d = 0; d < dim; ++d) row[d] += g[d];
+                }
+#pragma omp barrier
+                const int64_t e0 = table * t / threads, e1 = table * (t + 1) / threads;
+                for (int64_t o = 1; o < threads; ++o) {
+                    const float* part = others->data() + (o - 1) * table;
+#pragma omp simd
+                    for (int64_t e = e0; e < e1; ++e) dtable[e] += part[e];
+                }
+            }
+        });
+    }
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         check_indices(idx, n, vocab, name, "index");
         // Zeroed by all threads (a word embedding's gradient is the whole table: BERT's 15.6 MB), then summed
