@@ -1,4 +1,4 @@
-// Softmax (oneDNN softmax primitives; the f32 forward a loop of joule's own under AVX-512), Embedding and
+// Softmax (f32: loops of joule's own, the forward under AVX-512; else oneDNN's softmax primitives), Embedding and
 // SoftmaxCrossEntropy (loops: oneDNN has no gather/scatter or fused loss primitive in 2.6). Out-of-range indices
 // or labels are a clear error.
 #include <cmath>
@@ -155,8 +155,9 @@ std::unique_ptr<Kernel> make_embedding(const KernelArgs& a) {
     // (the rows its producer wrote, in its cache) into a table of its own, thread 0's the gradient itself, and
     // the tables are then added up by rows. Split by columns instead, each thread read half of every row of dY,
     // half of them from the other core's cache: at bert-tiny b32, 4096 rows of 128, 221 us and 85 us (2 threads).
+    // Only while the tables together are no larger than dY (many threads: the sums would outweigh dY's reads).
     const int64_t table = vocab * dim, partials = omp_get_max_threads() - 1;
-    if (partials > 0 && table * int64_t(sizeof(float)) <= kSmallTableBytes) {
+    if (partials > 0 && table * int64_t(sizeof(float)) <= kSmallTableBytes && (partials + 1) * table <= n * dim) {
         auto others = std::make_shared<std::vector<float>>(size_t(partials * table));  // threads 1.. tables
         return std::make_unique<FunctionKernel>([=](const RunContext&) {
             check_indices(idx, n, vocab, name, "index");
