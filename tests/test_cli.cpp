@@ -924,6 +924,13 @@ TEST(Cli, CalibrateFitsAndAnalyzeUsesTheCurves) {
     EXPECT_GT(shipped["results"][0]["calibrated_nodes"].get<int>(), 0);
 }
 
+int usable_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof(set), &set);
+    return CPU_COUNT(&set);
+}
+
 TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     const auto j = run_json("probe --array-mib 8 --gemm-size 128 --repeats 1 --threads 1 --json");
     EXPECT_EQ(j["kind"], "measured");
@@ -932,15 +939,14 @@ TEST(Cli, ProbeMeasuresBandwidthAndPeak) {
     EXPECT_GT(j["gemm_gflops_bf16"].get<double>(), 0);
     EXPECT_GT(j["op_overhead_seconds"].get<double>(), 0);
     EXPECT_GT(j["small_op_overhead_seconds"].get<double>(), 0);
+    EXPECT_EQ(j["core_round_trip_seconds"].get<double>(), 0);  // one thread: no other core
+    if (usable_cores() >= 2) {  // two threads on one core would pass the line only as the scheduler switches
+        const auto two = run_json("probe --array-mib 8 --gemm-size 128 --repeats 1 --threads 2 --json");
+        EXPECT_GT(two["core_round_trip_seconds"].get<double>(), 0);
+        EXPECT_LT(two["core_round_trip_seconds"].get<double>(), 1e-3);
+    }
     expect_failure("probe --gemm-size 4", "--gemm-size");
     expect_failure("probe --array-mib -1", "--array-mib");
-}
-
-int usable_cores() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    sched_getaffinity(0, sizeof(set), &set);
-    return CPU_COUNT(&set);
 }
 
 TEST(Cli, ThreadsAboveTheCoresAreRefusedUnlessInsisted) {

@@ -27,7 +27,7 @@ void add_probe(CLI::App& app) {
         if (*json) {
             std::cout << nlohmann::json{{"schema", "joule.probe/1"}, {"kind", "measured"}, {"threads", r.threads}, {"copy_gbps", r.copy_gbps}, {"triad_gbps", r.triad_gbps},
                                         {"gemm_size", r.gemm_size}, {"gemm_gflops_f32", r.gemm_gflops_f32}, {"gemm_gflops_bf16", r.gemm_gflops_bf16}, {"op_overhead_seconds", r.op_overhead_s},
-                                        {"small_op_overhead_seconds", r.small_op_overhead_s},
+                                        {"small_op_overhead_seconds", r.small_op_overhead_s}, {"core_round_trip_seconds", r.core_round_trip_s},
                                         {"array_bytes", r.array_bytes}}
                              .dump(2)
                       << '\n';
@@ -40,6 +40,7 @@ void add_probe(CLI::App& app) {
         t.add({"GEMM bf16 " + std::to_string(r.gemm_size) + "^3 (oneDNN matmul)", fixed(r.gemm_gflops_bf16, 1) + " GFLOP/s"});
         t.add({"fixed cost of one op (16-element relu)", fixed(r.op_overhead_s * 1e6, 2) + " us"});
         t.add({"... of a small op, run on one thread", fixed(r.small_op_overhead_s * 1e6, 2) + " us"});
+        if (r.core_round_trip_s > 0) t.add({"a cache line's round trip between two cores", fixed(r.core_round_trip_s * 1e6, 2) + " us"});
         t.print(std::cout);
         std::cout << "use with: joule analyze --bandwidth " << fixed(r.triad_gbps, 1) << "GB/s --peak " << fixed(r.gemm_gflops_f32, 1)
                   << "GFLOPS --peak-bf16 " << fixed(r.gemm_gflops_bf16, 1) << "GFLOPS --overhead " << fixed(r.op_overhead_s * 1e6, 2)

@@ -7,8 +7,10 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
+#include "backend/cpu/cores.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "graph/error.hpp"
 
@@ -56,6 +58,35 @@ double op_overhead(CpuContext& ctx, int repeats) {
     std::nth_element(per_run.begin(), per_run.begin() + long(per_run.size() / 2), per_run.end());
     return per_run[per_run.size() / 2];
 }
+
+// ProbeResult::core_round_trip_s: threads 0 and 1 pass a counter back and forth, median of batches of 2000
+// round trips.
+double core_round_trip(int repeats) {
+    constexpr int64_t kTrips = 2000;
+    alignas(64) std::atomic<int64_t> turn{0};  // even: thread 0's move, odd: thread 1's
+    std::vector<double> per_trip;
+#pragma omp parallel num_threads(2)
+    if (omp_get_num_threads() == 2) {  // a team of one (nested, or one core allowed) would wait forever
+        const int64_t me = omp_get_thread_num();
+        for (int b = 0; b < 2 * repeats + 1; ++b) {
+#pragma omp barrier
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int64_t i = 0; i < kTrips; ++i) {
+                const int64_t mine = 2 * (int64_t(b) * kTrips + i) + me;
+                while (turn.load(std::memory_order_acquire) != mine) {
+#if defined(__x86_64__)
+                    __builtin_ia32_pause();
+#endif
+                }
+                turn.store(mine + 1, std::memory_order_release);
+            }
+            if (me == 0) per_trip.push_back(seconds_since(t0) / double(kTrips));
+        }
+    }
+    if (per_trip.empty()) return 0;
+    std::nth_element(per_trip.begin(), per_trip.begin() + long(per_trip.size() / 2), per_trip.end());
+    return per_trip[per_trip.size() / 2];
+}
 }  // namespace
 
 ProbeResult probe(const ProbeOptions& o) {
@@ -92,6 +123,7 @@ ProbeResult probe(const ProbeOptions& o) {
         r.small_op_overhead_s = op_overhead(ctx, o.repeats);
         omp_set_num_threads(saved);
     }
+    if (r.threads >= 2 && usable_cores() >= 2) r.core_round_trip_s = core_round_trip(o.repeats);  // one core: no other to hand to
     return r;
 }
 

@@ -24,6 +24,9 @@ struct ProbeResult {
     // The same on the calling thread alone, as the cpu backend runs a small node (CpuBackend::serial): the
     // fixed cost of a small node, without the fork and join of the other threads.
     double small_op_overhead_s = 0;
+    // A cache line's round trip between the first two threads (each waits for the other's write, then writes):
+    // what handing data from one core to the other costs (0 with one thread, or one core).
+    double core_round_trip_s = 0;
     int64_t gemm_size = 0;
     double array_bytes = 0;
 };
