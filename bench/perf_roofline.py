@@ -207,7 +207,7 @@ def main():
         for k in ("triad_gbps", "copy_gbps", "gemm_gflops_f32", "gemm_gflops_bf16"):
             if k in p:
                 p[k] = max(q[k] for q in probes)
-        for k in ("op_overhead_seconds", "small_op_overhead_seconds"):
+        for k in ("op_overhead_seconds", "small_op_overhead_seconds", "core_round_trip_seconds"):
             if k in p:
                 p[k] = min(q[k] for q in probes)
         p["probes"] = probes
@@ -218,7 +218,9 @@ def main():
     if small is not None:
         hw += ["--overhead-small", f"{small * 1e6}us"]
     print(f"probe (measured): triad {bw:.1f} GB/s, GEMM f32 {peak:.1f} / bf16 {peak16:.1f} GFLOP/s, per-op overhead {ovh * 1e6:.1f} us"
-          + (f" ({small * 1e6:.2f} us for a small op on one thread)" if small is not None else "") + f"; model capacity {a.capacity}")
+          + (f" ({small * 1e6:.2f} us for a small op on one thread)" if small is not None else "")
+          + (f", a cache line's round trip between two cores {p['core_round_trip_seconds'] * 1e6:.2f} us" if p.get("core_round_trip_seconds") else "")
+          + f"; model capacity {a.capacity}")
     print(f"PyTorch {torch.__version__}, {a.threads} threads; per run {a.steps} timed steps after {a.warmup} warm-up; {a.repeats} runs "
           f"per figure, median [min..max] in ms; share = roofline / measured joule; PyTorch best of f32 and bf16 autocast")
     head = (f"{'net':13} {'batch':>5} {'dtype':5} {'joule ms':>26} {'roofline':>9} {'share':>6} {'goal':>9} "
