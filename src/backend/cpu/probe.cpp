@@ -38,6 +38,12 @@ double gemm_gflops(dnnl::engine& eng, dnnl::stream& s, int64_t n, dnnl::memory::
     }
     return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
 }
+// The middle of an odd number of batch times (the probes time 2 x repeats + 1 batches).
+double median(std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
 // The fixed cost of one node at the current OpenMP thread count: a 16-element relu run and waited for,
 // median of batches of 200 runs.
 double op_overhead(CpuContext& ctx, int repeats) {
@@ -55,8 +61,7 @@ double op_overhead(CpuContext& ctx, int repeats) {
         }
         per_run.push_back(seconds_since(t0) / 200);
     }
-    std::nth_element(per_run.begin(), per_run.begin() + long(per_run.size() / 2), per_run.end());
-    return per_run[per_run.size() / 2];
+    return median(std::move(per_run));
 }
 
 // ProbeResult::core_round_trip_s: threads 0 and 1 pass a counter back and forth, median of batches of 2000
@@ -83,9 +88,7 @@ double core_round_trip(int repeats) {
             if (me == 0) per_trip.push_back(seconds_since(t0) / double(kTrips));
         }
     }
-    if (per_trip.empty()) return 0;
-    std::nth_element(per_trip.begin(), per_trip.begin() + long(per_trip.size() / 2), per_trip.end());
-    return per_trip[per_trip.size() / 2];
+    return per_trip.empty() ? 0 : median(std::move(per_trip));
 }
 }  // namespace
 
