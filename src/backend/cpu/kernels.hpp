@@ -9,6 +9,7 @@
 #include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -97,6 +98,13 @@ private:
 // A one-input one-output primitive (eltwise, softmax forward) with casts to and from `type`.
 std::unique_ptr<Kernel> src_to_dst_kernel(const KernelArgs& a, const dnnl::primitive& prim, const dnnl::memory::desc& data, dt type);
 
+// Thread t's share [begin, end) of [0, n) split among `threads`: ceil(n / threads) each, the last ones shorter
+// or empty. The loops of joule's own split rows so, so a consumer split alike reads the rows its producer wrote.
+inline std::pair<int64_t, int64_t> thread_chunk(int64_t n, int64_t t, int64_t threads) {
+    const int64_t chunk = (n + threads - 1) / threads, begin = std::min(n, t * chunk);
+    return {begin, std::min(n, begin + chunk)};
+}
+
 // f(begin, end) over [0, n) in one static chunk per OpenMP thread, or f(0, n) directly when one thread is
 // allowed (a small node: CpuBackend::serial). The loops written here go through it because
 // `#pragma omp parallel for` starts a team (~1 us) even for one thread.
@@ -109,8 +117,7 @@ void parallel_chunks(int64_t n, F&& f) {
     }
 #pragma omp parallel num_threads(nthr)
     {
-        const int64_t t = omp_get_thread_num(), chunk = (n + omp_get_num_threads() - 1) / omp_get_num_threads();
-        const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+        const auto [begin, end] = thread_chunk(n, omp_get_thread_num(), omp_get_num_threads());
         if (begin < end) f(begin, end);
     }
 }

@@ -28,22 +28,18 @@ void check_indices(const int32_t* idx, int64_t n, int64_t limit, const std::stri
 // long on BERT's attention rows ([8192, 128] f32, 2 threads: 262 against 176 us).
 JOULE_INLINE void softmax_rows(const float* x, float* y, int64_t h, int64_t begin, int64_t end) {
     const int64_t full = h / kLanes * kLanes, tail = h - full;
-    const auto tail_of = [&](const float* p, float pad) {  // the tail's lanes, the rest pad
-        v16 v = splat(pad);
-        std::memcpy(&v, p + full, size_t(tail) * sizeof(float));
-        return v;
-    };
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     for (int64_t r = begin; r < end; ++r) {
         const float* xr = x + r * h;
         float* yr = y + r * h;
-        v16 m = splat(-std::numeric_limits<float>::infinity());
+        v16 m = splat(kNegInf), xt = splat(kNegInf);  // xt: the row's tail, padded with -inf (exp: 0)
         for (int64_t i = 0; i < full; i += kLanes) {
             const v16 v = ld16(xr + i);
             m = v > m ? v : m;
         }
         if (tail) {
-            const v16 v = tail_of(xr, -std::numeric_limits<float>::infinity());
-            m = v > m ? v : m;
+            std::memcpy(&xt, xr + full, size_t(tail) * sizeof(float));
+            m = xt > m ? xt : m;
         }
         float mx = m[0];
         for (int j = 1; j < kLanes; ++j) mx = m[j] > mx ? m[j] : mx;
@@ -54,7 +50,7 @@ JOULE_INLINE void softmax_rows(const float* x, float* y, int64_t h, int64_t begi
             s += e;
         }
         if (tail) {
-            const v16 e = exp16_nonpositive(tail_of(xr, -std::numeric_limits<float>::infinity()) - mx);  // padding: 0
+            const v16 e = exp16_nonpositive(xt - mx);
             std::memcpy(yr + full, &e, size_t(tail) * sizeof(float));
             s += e;
         }
@@ -166,7 +162,8 @@ std::unique_ptr<Kernel> make_embedding(const KernelArgs& a) {
                 const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
                 float* own = t == 0 ? dtable : others->data() + (t - 1) * table;
                 std::memset(own, 0, size_t(table) * sizeof(float));
-                for (int64_t i = n * t / threads, end = n * (t + 1) / threads; i < end; ++i) {
+                const auto [i0, i1] = thread_chunk(n, t, threads);  // the rows parallel_chunks gave the producer
+                for (int64_t i = i0; i < i1; ++i) {
                     float* row = own + int64_t(idx[i]) * dim;
                     const float* g = dy + i * dim;
 #pragma omp simd
