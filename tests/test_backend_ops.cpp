@@ -241,6 +241,7 @@ std::vector<Case> make_cases() {
     batch_norm("vectors_nhwc", nhwc({2, 144, 3, 3}), true);  // the cpu loops' 16-lane path: 8 + 1 vectors of channels
     batch_norm("row_blocks_nhwc", nhwc({2, 32, 12, 12}), true);  // ... over more rows than a block
     batch_norm("tiled_nhwc", nhwc({3, 24, 15, 15}), true);  // 24 channels: rows of 2 pixels, 3 vectors; an odd pixel left
+    batch_norm("lanes_split_nhwc", nhwc({1, 1040, 7, 7}), true);  // rows within a block on two threads: 65 vectors of lanes split
     auto norm_backward = [&](const std::string& name, K k, TensorDesc x, Shape stat) {
         cs.push_back({name, [=](Graph& g, Fills& f) {
                           const TensorDesc gm = plain({k == K::BatchNormBackward ? x.shape[1] : x.shape.back()});
@@ -254,6 +255,7 @@ std::vector<Case> make_cases() {
     norm_backward("BatchNormBackward_plain", K::BatchNormBackward, plain({2, 3, 4, 4}), {3});
     norm_backward("BatchNormBackward_vectors_nhwc", K::BatchNormBackward, nhwc({2, 144, 3, 3}), {144});
     norm_backward("BatchNormBackward_tiled_nhwc", K::BatchNormBackward, nhwc({3, 24, 15, 15}), {24});
+    norm_backward("BatchNormBackward_lanes_split_nhwc", K::BatchNormBackward, nhwc({1, 1040, 7, 7}), {1040});
     // an activation's backward folded into batch norm's (plan/'s fuse pass, Node::pre_op): the node reads
     // (dY, X, gamma, mean, var, Y), Y the activation's output, some of it at and beyond ReLU6's ends
     for (const OpKind pre : {K::ReluBackward, K::Relu6Backward})

@@ -122,12 +122,14 @@ JOULE_INLINE void block_sums(const F& f, int64_t C, int64_t c0, int64_t r0, int6
     for (int k = 0; k < V; ++k)
         for (int j = 0; j < kLanes; ++j) s1[c0 + k * kLanes + j] += double(u[k][j]), s2[c0 + k * kLanes + j] += double(w[k][j]);
 }
+// Rows [begin, end) of tile positions [l0, l1) (multiples of 16) of tiled rows of C positions. A lane's sums
+// do not depend on which other lanes are summed beside it.
 template <class F>
-JOULE_INLINE void row_sums(const F& f, int64_t C, int64_t begin, int64_t end, double* s1, double* s2) {
+JOULE_INLINE void row_sums(const F& f, int64_t C, int64_t l0, int64_t l1, int64_t begin, int64_t end, double* s1, double* s2) {
     for (int64_t r0 = begin; r0 < end; r0 += kRowBlock)
-        for (int64_t c0 = 0; c0 < C; c0 += 8 * kLanes) {
+        for (int64_t c0 = l0; c0 < l1; c0 += 8 * kLanes) {
             const int64_t r1 = std::min(end, r0 + kRowBlock);
-            switch (std::min<int64_t>(8, (C - c0) / kLanes)) {
+            switch (std::min<int64_t>(8, (l1 - c0) / kLanes)) {
                 case 1: block_sums<1>(f, C, c0, r0, r1, s1, s2); break;
                 case 2: block_sums<2>(f, C, c0, r0, r1, s1, s2); break;
                 case 3: block_sums<3>(f, C, c0, r0, r1, s1, s2); break;
@@ -140,12 +142,15 @@ JOULE_INLINE void row_sums(const F& f, int64_t C, int64_t begin, int64_t end, do
         }
 }
 template <class F>
-JOULE_V4 void row_sums_v4(const F& f, int64_t C, int64_t begin, int64_t end, double* s1, double* s2) {
-    row_sums(f, C, begin, end, s1, s2);
+JOULE_V4 void row_sums_v4(const F& f, int64_t C, int64_t l0, int64_t l1, int64_t begin, int64_t end, double* s1, double* s2) {
+    row_sums(f, C, l0, l1, begin, end, s1, s2);
 }
 // The rows are summed in parts fixed by the shape (up to kParts, a row block or more each), the parts in
 // order at the end, so the sums -- and every result after them -- do not depend on the thread count (a node
-// runs on one thread when small: a plan that stores its output in bf16 instead of f32 may make it so).
+// runs on one thread when small: a plan that stores its output in bf16 instead of f32 may make it so). Rows
+// of one part (at most a row block: ResNet-50's last stages at batch 1, 49 and 196 pixels of 2048 and 1024
+// channels) are split by lanes between the threads instead, each summing its lanes over every row: the same
+// additions as on one thread.
 constexpr int64_t kParts = 16;
 template <class F>
 void channel_sums(const NormView& v, std::vector<double>& partial, double* s1, double* s2, const F& f) {
@@ -153,13 +158,16 @@ void channel_sums(const NormView& v, std::vector<double>& partial, double* s1, d
     if (v.vectors()) {
         const int64_t L = v.tile(), rows = v.rows(), parts = std::clamp<int64_t>((rows + kRowBlock - 1) / kRowBlock, 1, kParts);
         partial.assign(size_t(2 * L * parts), 0.0);
-        parallel_chunks(parts, [&](int64_t p0, int64_t p1) {
-            for (int64_t p = p0; p < p1; ++p) {
-                double* a = partial.data() + 2 * L * p;
-                const int64_t begin = rows * p / parts, end = rows * (p + 1) / parts;
-                kHasV4 ? row_sums_v4(f, L, begin, end, a, a + L) : row_sums(f, L, begin, end, a, a + L);
-            }
-        });
+        const auto sums = [&](int64_t l0, int64_t l1, int64_t begin, int64_t end, double* a) {
+            kHasV4 ? row_sums_v4(f, L, l0, l1, begin, end, a, a + L) : row_sums(f, L, l0, l1, begin, end, a, a + L);
+        };
+        if (parts == 1) {
+            parallel_chunks(L / kLanes, [&](int64_t v0, int64_t v1) { sums(v0 * kLanes, v1 * kLanes, 0, rows, partial.data()); });
+        } else {
+            parallel_chunks(parts, [&](int64_t p0, int64_t p1) {
+                for (int64_t p = p0; p < p1; ++p) sums(0, L, rows * p / parts, rows * (p + 1) / parts, partial.data() + 2 * L * p);
+            });
+        }
         std::fill(s1, s1 + C, 0.0);
         std::fill(s2, s2 + C, 0.0);
         for (int64_t p = 0; p < parts; ++p)
