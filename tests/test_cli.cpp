@@ -392,7 +392,9 @@ TEST(Cli, ReportPredictsTheProfiledStepsOnADevice) {
         const int64_t batch = c["batch"];
         EXPECT_NEAR(point("f32, 1 threads, predicted", batch), c["step_s"].get<double>() * 1e3, 1e-3 * c["step_s"].get<double>() * 1e3) << batch;
         if (batch == 8) {
-            EXPECT_GT(c["step_s"].get<double>(), 1.5 * whole_cpu["iteration"]["seconds"].get<double>()) << "one thread: half the CPU's cores";
+            // one thread: half the CPU's cores -- compute and traffic take twice as long, the nodes' fixed costs
+            // (most of LeNet-5 b8's step on this CPU's curves) do not
+            EXPECT_GT(c["step_s"].get<double>(), 1.2 * whole_cpu["iteration"]["seconds"].get<double>()) << "one thread: half the CPU's cores";
         }
     }
     expect_failure("report --db " + db + " --predict no-such-device --out " + page, "no-such-device");
