@@ -319,6 +319,9 @@ std::vector<Case> make_cases() {
     layer_norm("3d", {2, 3, 6});
     norm_backward("LayerNormBackward_2d", K::LayerNormBackward, plain({4, 9}), {4});
     norm_backward("LayerNormBackward_3d", K::LayerNormBackward, plain({2, 3, 6}), {2, 3});
+    // past a small node: rows split between the threads; the backward's dgamma / dbeta summed in three parts of rows
+    layer_norm("rows_threads", {600, 40});
+    norm_backward("LayerNormBackward_parts", K::LayerNormBackward, plain({2, 300, 40}), {2, 300});
 
     // activations, away from their kinks (where derivative conventions differ)
     const Fill relu_fill{-3, 8}, smooth_fill{-4, 4};
