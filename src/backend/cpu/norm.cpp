@@ -152,11 +152,14 @@ JOULE_V4 void row_sums_v4(const F& f, int64_t C, int64_t l0, int64_t l1, int64_t
 // channels) are split by lanes between the threads instead, each summing its lanes over every row: the same
 // additions as on one thread.
 constexpr int64_t kParts = 16;
+// How many parts `rows` rows are summed in, and part p's rows [first, last).
+int64_t row_parts(int64_t rows) { return std::clamp<int64_t>((rows + kRowBlock - 1) / kRowBlock, 1, kParts); }
+std::pair<int64_t, int64_t> part_rows(int64_t rows, int64_t p, int64_t parts) { return {rows * p / parts, rows * (p + 1) / parts}; }
 template <class F>
 void channel_sums(const NormView& v, std::vector<double>& partial, double* s1, double* s2, const F& f) {
     const int64_t C = v.channels;
     if (v.vectors()) {
-        const int64_t L = v.tile(), rows = v.rows(), parts = std::clamp<int64_t>((rows + kRowBlock - 1) / kRowBlock, 1, kParts);
+        const int64_t L = v.tile(), rows = v.rows(), parts = row_parts(rows);
         partial.assign(size_t(2 * L * parts), 0.0);
         const auto sums = [&](int64_t l0, int64_t l1, int64_t begin, int64_t end, double* a) {
             kHasV4 ? row_sums_v4(f, L, l0, l1, begin, end, a, a + L) : row_sums(f, L, l0, l1, begin, end, a, a + L);
@@ -165,7 +168,10 @@ void channel_sums(const NormView& v, std::vector<double>& partial, double* s1, d
             parallel_chunks(L / kLanes, [&](int64_t v0, int64_t v1) { sums(v0 * kLanes, v1 * kLanes, 0, rows, partial.data()); });
         } else {
             parallel_chunks(parts, [&](int64_t p0, int64_t p1) {
-                for (int64_t p = p0; p < p1; ++p) sums(0, L, rows * p / parts, rows * (p + 1) / parts, partial.data() + 2 * L * p);
+                for (int64_t p = p0; p < p1; ++p) {
+                    const auto [first, last] = part_rows(rows, p, parts);
+                    sums(0, L, first, last, partial.data() + 2 * L * p);
+                }
             });
         }
         std::fill(s1, s1 + C, 0.0);
@@ -493,14 +499,15 @@ std::unique_ptr<Kernel> layer_norm_backward_loop(const KernelArgs& a) {
     auto in = [&](size_t i) { return static_cast<const float*>(a.in[i]); };
     const float *dy = in(0), *x = in(1), *gamma = in(2), *mean = in(3), *var = in(4);
     float *dx = static_cast<float*>(a.out[0]), *dgamma = static_cast<float*>(a.out[1]), *dbeta = static_cast<float*>(a.out[2]);
-    const int64_t parts = std::clamp<int64_t>((rows + kRowBlock - 1) / kRowBlock, 1, kParts);
+    const int64_t parts = row_parts(rows);
     auto partial = std::make_shared<std::vector<float>>(size_t(2 * h * parts));
     return std::make_unique<FunctionKernel>([=](const RunContext&) {
         std::fill(partial->begin(), partial->end(), 0.0f);
         parallel_chunks(parts, [&](int64_t p0, int64_t p1) {
             for (int64_t p = p0; p < p1; ++p) {
                 float* dg = partial->data() + 2 * h * p;
-                layer_norm_backward_rows(dy, x, gamma, mean, var, dx, dg, dg + h, h, eps, rows * p / parts, rows * (p + 1) / parts);
+                const auto [first, last] = part_rows(rows, p, parts);
+                layer_norm_backward_rows(dy, x, gamma, mean, var, dx, dg, dg + h, h, eps, first, last);
             }
         });
         for (int64_t i = 0; i < h; ++i) {
