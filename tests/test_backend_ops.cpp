@@ -220,6 +220,13 @@ std::vector<Case> make_cases() {
     matmul("trans_a_alpha", {2, 4, 3}, {2, 4, 5}, {true, false, 0.5f});
     matmul("trans_b", {3, 4}, {5, 4}, {false, true, 1.0f});
     matmul("both_rank4", {2, 2, 4, 3}, {2, 2, 5, 4}, {true, true, -1.5f});
+    // transposes folded in (plan/'s fold_transposes, MatMulAttrs::perm_*): BERT's head split read as [B, heads,
+    // S, D] from [B, S, heads, D] storage (scores: B transposed too), the merge written back so; a perm of three
+    // leading dims with A transposed, C written through another
+    const std::vector<int64_t> heads{0, 2, 1, 3};
+    matmul("perm_heads_scores", {2, 3, 2, 4}, {2, 3, 2, 4}, {false, true, 0.5f, heads, heads, {}});
+    matmul("perm_heads_context", {2, 2, 3, 3}, {2, 3, 2, 4}, {false, false, 1.0f, {}, heads, heads});
+    matmul("perm_trans_a_out", {2, 5, 3, 2, 3}, {3, 2, 2, 5, 4}, {true, false, 1.0f, {2, 0, 3, 1, 4}, {}, {1, 2, 0, 3, 4}});
 
     // normalisation: inputs (X, gamma, beta, running mean, running var)
     auto batch_norm = [&](const std::string& tag, TensorDesc x, bool training) {
@@ -942,6 +949,43 @@ TEST(BackendOpsFused, OutputIsTheActivationOfTheUnfusedOutput) {
     EXPECT_GE(checked, 20u);
     // 12 activation backwards reading Y, 12 recomputing it, 6 gradient sums; 20 commuted into max-pool backwards
     EXPECT_EQ(checked_backward, 50u);
+}
+
+// A MatMul with transposes folded in computes what a Transpose of each operand, the product and a Transpose
+// of its result compute (on the reference: the same sums, the same bits).
+TEST(BackendOpsFolded, TransposesFoldedIntoAMatMulReadAndWriteAsTransposes) {
+    size_t checked = 0;
+    for (const Case& c : cases()) {
+        if (c.name.rfind("MatMul_perm", 0) != 0 || c.name.find("_f32y") != std::string::npos || c.name.find("_fused_") != std::string::npos) continue;
+        Fills fills;
+        const Graph folded = build(c, DType::F32, fills);
+        const NodeId last = NodeId(folded.num_nodes() - 1);
+        const Node& mm = folded.node(last);
+        MatMulAttrs at = attrs_as<MatMulAttrs>(mm);
+        Graph plain = folded.tensors_only();
+        for (NodeId k = 0; k < last; ++k) plain.append(folded.node(k));
+        std::vector<TensorId> ins = mm.inputs;
+        for (size_t i = 0; i < 2; ++i)
+            if (std::vector<int64_t>& perm = i == 0 ? at.perm_a : at.perm_b; !perm.empty()) {
+                ins[i] = plain.add1(OpKind::Transpose, TransposeAttrs{perm}, {ins[i]}, "t" + std::to_string(i));
+                perm.clear();
+            }
+        const std::vector<int64_t> perm_c = at.perm_c;
+        at.perm_c.clear();
+        TensorId y = plain.add1(OpKind::MatMul, at, ins, "mm_plain");
+        if (!perm_c.empty()) y = plain.add1(OpKind::Transpose, TransposeAttrs{inverse_permutation(perm_c)}, {y}, "t_out");
+        ASSERT_EQ(plain.tensor(y).desc, folded.tensor(mm.outputs[0]).desc) << c.name;
+        const Values init = initial_values(folded, fills, c.name);
+        Values init_plain = init;
+        for (size_t t = init.size(); t < plain.num_tensors(); ++t) init_plain.emplace_back(size_t(plain.tensor(TensorId(t)).desc.numel()), 0.0);
+        ReferenceBackend ref;
+        std::string why;
+        const std::optional<Values> got = run_on(ref, folded, init, c, why), want = run_on(ref, plain, init_plain, c, why);
+        ASSERT_TRUE(got && want) << why;
+        EXPECT_EQ((*got)[size_t(mm.outputs[0])], (*want)[size_t(y)]) << c.name;
+        ++checked;
+    }
+    EXPECT_EQ(checked, 3u);
 }
 
 TEST(BackendOpsCatalogue, EveryOpKindHasACase) {

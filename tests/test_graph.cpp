@@ -72,6 +72,16 @@ TEST(ShapeInference, Rejections) {
     expect_error([&] { g.add1(OpKind::Relu, NoAttrs{}, {x, x}, "relu"); }, "takes 1 inputs, got 2");
     expect_error([&] { g.add1(OpKind::Transpose, TransposeAttrs{{0, 0, 1, 2}}, {x}, "t"); }, "not a permutation");
     expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{}, {w(g, "a", {2, 3}), w(g, "b", {4, 5})}, "mm"); }, "inner dimensions differ");
+    // folded transposes (MatMulAttrs::perm_*): permutations keeping the last dim last, batch dims matching through them
+    const TensorId qa = w(g, "qa", {2, 3, 2, 4}), qb = w(g, "qb", {2, 3, 2, 4});
+    const TensorId scores = g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {0, 2, 1, 3}, {0, 2, 1, 3}, {}}, {qa, qb}, "mm_heads");
+    EXPECT_EQ(g.tensor(scores).desc.shape, (Shape{2, 2, 3, 3}));
+    const TensorId merged = g.add1(OpKind::MatMul, MatMulAttrs{false, false, 1.0f, {}, {0, 2, 1, 3}, {0, 2, 1, 3}}, {scores, qb}, "mm_merge");
+    EXPECT_EQ(g.tensor(merged).desc.shape, (Shape{2, 3, 2, 4}));
+    expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {0, 2, 3, 1}, {}, {}}, {qa, qb}, "mm_last"); }, "A's folded transpose [0, 2, 3, 1] must permute its 4 dims, the last one last");
+    expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {}, {0, 1, 3}, {}}, {qa, qb}, "mm_rank"); }, "B's folded transpose");
+    expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {}, {}, {0, 0, 2, 3}}, {qa, qb}, "mm_dup"); }, "C's folded transpose");
+    expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {0, 2, 1, 3}, {}, {}}, {qa, qb}, "mm_batch"); }, "batch dimensions of A [2, 2, 3, 4] and B [2, 3, 2, 4] differ");
     expect_error([&] { g.add1(OpKind::Slice, SliceAttrs{1, 3, 2}, {x}, "s"); }, "outside dimension 4");
     expect_error([&] { g.input("bad", {{2, 0}}); }, "non-positive dimension");
     const TensorId labels = g.input("y", {{3}, DType::I32}, TensorRole::Label);

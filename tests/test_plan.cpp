@@ -721,6 +721,72 @@ TEST(Passes, FoldsCastsIntoNodesThatRoundAsTheyStore) {
     }
 }
 
+
+// A Transpose keeping the last dim last folds into the MatMul writing its input (perm_c) when it is that
+// input's only reader, else into the MatMuls reading its output (perm_a / perm_b) when they are all its
+// readers; not when a reader is another op, the last dim moves, or a tensor is kept.
+TEST(Passes, FoldsTransposesIntoMatMulsOnly) {
+    Graph g;
+    const std::vector<int64_t> heads{0, 2, 1, 3};
+    const TensorId x = g.input("x", {{2, 3, 4, 5}}), w = g.input("w", {{2, 4, 5, 6}});
+    const TensorId t1 = g.add1(OpKind::Transpose, TransposeAttrs{heads}, {x}, "t1");                            // into m1
+    const TensorId m1 = g.add1(OpKind::MatMul, MatMulAttrs{}, {t1, w}, "m1");
+    const TensorId t2 = g.add1(OpKind::Transpose, TransposeAttrs{heads}, {m1}, "t2");                           // into m1
+    const TensorId t3 = g.add1(OpKind::Transpose, TransposeAttrs{heads}, {x}, "t3");                            // a Relu reads it too
+    g.add1(OpKind::MatMul, MatMulAttrs{}, {t3, w}, "m3");
+    g.add1(OpKind::Relu, NoAttrs{}, {t3}, "r3");
+    const TensorId t4 = g.add1(OpKind::Transpose, TransposeAttrs{{0, 1, 3, 2}}, {x}, "t4");                     // the last dim moves
+    g.add1(OpKind::MatMul, MatMulAttrs{false, true}, {t4, g.input("w4", {{2, 3, 6, 4}})}, "m4");
+    const TensorId t5 = g.add1(OpKind::Transpose, TransposeAttrs{heads}, {x}, "t5");                            // kept
+    const TensorId m5 = g.add1(OpKind::MatMul, MatMulAttrs{}, {t5, w}, "m5");
+    g.add1(OpKind::Transpose, TransposeAttrs{heads}, {m5}, "t6");                                                // m5 kept
+    TrainGraph tg;
+    tg.graph = std::move(g);
+    const Plan plan = parse_plan(header(tg) + "entries: []\n", "p.yaml");
+    const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {t2, t5, m5}});
+    EXPECT_EQ(lg.folded_transposes, 2u);
+    std::map<std::string, Node> by_name;
+    for (const Node& n : lg.train.graph.nodes()) by_name.emplace(n.name, n);
+    for (const char* gone : {"t1", "t2"}) EXPECT_FALSE(by_name.count(gone)) << gone;
+    for (const char* left : {"t3", "t4", "t5", "t6"}) EXPECT_TRUE(by_name.count(left)) << left;
+    const Node& n = by_name.at("m1");
+    EXPECT_EQ(n.inputs[0], x);
+    EXPECT_EQ(n.outputs[0], t2);
+    EXPECT_EQ(attrs_as<MatMulAttrs>(n).perm_a, heads);
+    EXPECT_EQ(attrs_as<MatMulAttrs>(n).perm_c, heads);
+    EXPECT_EQ(lg.train.graph.tensor(t2).desc.shape, (Shape{2, 3, 4, 6}));
+    for (const char* plain : {"m3", "m4", "m5"}) {
+        const auto& a = attrs_as<MatMulAttrs>(by_name.at(plain));
+        EXPECT_TRUE(a.perm_a.empty() && a.perm_b.empty() && a.perm_c.empty()) << plain;
+    }
+}
+
+// BERT's head split and merge, forward and backward (16 transposes in bert-tiny), fold into its attention
+// products, which read and write [B, S, heads, D] storage as [B, heads, S, D]: no Transpose is left and
+// training takes the same steps to the bit, f32 and bf16.
+TEST(Passes, FoldedTransposesTrainBertAsTheTransposesDo) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+        std::vector<float> losses[2];
+        std::vector<std::vector<float>> weights[2];
+        for (int fold = 0; fold < 2; ++fold) {
+            zoo::Model model = zoo::build("bert-tiny", {.batch = 4, .image_size = 0, .in_channels = 0, .classes = 4, .seq_len = 16});
+            const TensorId loss = model.loss;
+            TrainGraph tg = build_train_graph(std::move(model.graph), loss, OptimizerConfig::sgd(0.002f, 0.9f));
+            BackendSet backends({.threads = 2});
+            const Plan plan = precision_plan(tg, dtype, PrecisionScope::Gemm, backends.get("cpu"));
+            const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {loss}, .fold_transposes = fold == 1});
+            size_t transposes = 0;
+            for (const Node& n : lg.train.graph.nodes()) transposes += n.kind == OpKind::Transpose;
+            EXPECT_EQ(lg.folded_transposes, fold ? 16u : 0u);
+            EXPECT_EQ(transposes, fold ? 0u : 16u);
+            Trained t = train_steps(lg, backends, model, 5, 4);
+            losses[fold] = std::move(t.losses);
+            weights[fold] = std::move(t.weights);
+        }
+        EXPECT_EQ(losses[1], losses[0]) << dtype_name(dtype);
+        EXPECT_EQ(weights[1], weights[0]) << dtype_name(dtype);
+    }
+}
 // The fused batch norms (cpu loops: forward + activation, backward with the activation's backward folded
 // in, Y recomputed from X) are as accurate as batch norm and the activation as separate nodes (batch norm's
 // loops without an activation, oneDNN's eltwise): one SGD step's parameter change on the cpu, fused and

@@ -111,6 +111,40 @@ int64_t broadcast_source_index(const Shape& from, const Shape& to, int64_t i) {
     return j;
 }
 
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
+    std::vector<int64_t> inv(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
+    return inv;
+}
+
+StridedView matmul_view(const Shape& stored, const std::vector<int64_t>& perm, bool trans) {
+    const size_t r = stored.size();
+    std::vector<int64_t> row_major(r, 1);
+    for (size_t k = r - 1; k-- > 0;) row_major[k] = row_major[k + 1] * stored[k + 1];
+    StridedView v{stored, row_major};
+    for (size_t i = 0; i < perm.size(); ++i) {
+        v.dims[i] = stored[size_t(perm[i])];
+        v.strides[i] = row_major[size_t(perm[i])];
+    }
+    if (trans) {
+        std::swap(v.dims[r - 1], v.dims[r - 2]);
+        std::swap(v.strides[r - 1], v.strides[r - 2]);
+    }
+    return v;
+}
+
+std::vector<int64_t> batch_offsets(const StridedView& v) {
+    std::vector<int64_t> offsets{0};
+    for (size_t k = 0; k + 2 < v.dims.size(); ++k) {  // each batch dim multiplies the matrices so far
+        std::vector<int64_t> next;
+        next.reserve(offsets.size() * size_t(v.dims[k]));
+        for (int64_t o : offsets)
+            for (int64_t i = 0; i < v.dims[k]; ++i) next.push_back(o + i * v.strides[k]);
+        offsets = std::move(next);
+    }
+    return offsets;
+}
+
 uint64_t dropout_stream(const Node& n) {
     uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the name
     for (unsigned char c : n.name) h = (h ^ c) * 0x100000001b3ULL;

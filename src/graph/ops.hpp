@@ -69,11 +69,24 @@ struct LinearAttrs {
     bool bias = true;
 };
 // C = alpha * op(A) x op(B), op = transpose when the flag is set; leading dims are batch dims.
+// perm_a / perm_b / perm_c (empty: none) are transposes folded into the product (plan/'s fold_transposes,
+// after autodiff: such a node has no gradient rule): operand X, stored row-major, is read -- and C written --
+// through the view whose dim i is the stored tensor's dim perm_x[i] (matmul_view). The last dim stays last.
 struct MatMulAttrs {
     bool trans_a = false;
     bool trans_b = false;
     float alpha = 1.0f;
+    std::vector<int64_t> perm_a, perm_b, perm_c;
 };
+// A MatMul operand as the kernels index it: `stored` (row-major) read through perm (empty: the identity),
+// then its last two dims swapped where trans; each dim's stride in elements.
+struct StridedView {
+    Shape dims;
+    std::vector<int64_t> strides;
+};
+StridedView matmul_view(const Shape& stored, const std::vector<int64_t>& perm, bool trans);
+// Element offset of each matrix of a view: its batch dims (all but the last two) in row-major order.
+std::vector<int64_t> batch_offsets(const StridedView& v);
 struct NormAttrs {
     float eps = 1e-5f;
     float momentum = 0.1f;  // running-statistics update factor (BatchNorm)
@@ -99,6 +112,8 @@ struct ReshapeAttrs {
 struct TransposeAttrs {
     std::vector<int64_t> perm;
 };
+// The permutation undoing perm (a Transpose's gradient; a folded transpose's view written back).
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm);
 // The mask of the element at storage position i at step t is a hash of (seed, the node's name, t, i):
 // reproducible, parallel, the same on every backend, and unchanged when passes insert nodes (see
 // dropout_stream()).

@@ -207,19 +207,26 @@ private:
             case OpKind::MatMul: {
                 const auto& a = attrs_as<MatMulAttrs>(n);
                 std::string lhs = in[0], rhs = in[1];
+                auto transpose = [&](const std::string& x, std::vector<int64_t> perm, const std::string& out) {
+                    attr(emit("Transpose", nm, {x}, {out}), "perm", perm);
+                    return out;
+                };
+                // folded transposes (a lowered graph's): written out again, then trans as a swap of the last two
+                if (!a.perm_a.empty()) lhs = transpose(lhs, a.perm_a, unique(nm + ".perm_a"));
+                if (!a.perm_b.empty()) rhs = transpose(rhs, a.perm_b, unique(nm + ".perm_b"));
                 auto swap_last = [&](const std::string& x, TensorId t) {
                     std::vector<int64_t> perm;
                     for (int64_t k = 0; k < g_.tensor(t).desc.rank(); ++k) perm.push_back(k);
                     std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-                    const std::string out = unique(x + ".T");
-                    attr(emit("Transpose", nm, {x}, {out}), "perm", perm);
-                    return out;
+                    return transpose(x, perm, unique(x + ".T"));
                 };
                 if (a.trans_a) lhs = swap_last(lhs, n.inputs[0]);
                 if (a.trans_b) rhs = swap_last(rhs, n.inputs[1]);
-                const std::string prod = a.alpha != 1.0f ? unique(nm + ".product") : y;
+                const std::string c = a.perm_c.empty() ? y : unique(nm + ".unpermuted");
+                const std::string prod = a.alpha != 1.0f ? unique(nm + ".product") : c;
                 emit("MatMul", nm, {lhs, rhs}, {prod});
-                if (a.alpha != 1.0f) emit("Mul", nm, {prod, float_constant(nm + ".alpha", a.alpha)}, {y});
+                if (a.alpha != 1.0f) emit("Mul", nm, {prod, float_constant(nm + ".alpha", a.alpha)}, {c});
+                if (!a.perm_c.empty()) transpose(c, inverse_permutation(a.perm_c), y);  // C stored through the inverse of its view
                 return;
             }
             case OpKind::Relu: case OpKind::Relu6: activation(n.kind, nm, in[0], y); return;

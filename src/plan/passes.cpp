@@ -525,6 +525,75 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
     return tg;
 }
 
+TrainGraph fold_transposes(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded) {
+    Graph& g = tg.graph;
+    std::vector<bool> kept(g.num_tensors(), false);
+    for (TensorId t : keep) kept[size_t(t)] = true;
+    std::vector<NodeId> into(g.num_nodes(), kNone);  // per folded transpose: the product it folded into
+    struct Out {
+        TensorId y = kNone;
+        std::vector<int64_t> perm;
+    };
+    std::vector<Out> out(g.num_nodes());                          // per product: the transpose's output it writes instead
+    std::vector<std::array<Out, 2>> in(g.num_nodes());           // per product, per operand: the transpose's input it reads
+    auto transient = [&](TensorId t) {
+        const TensorRole r = g.tensor(t).role;
+        return !kept[size_t(t)] && (r == TensorRole::Activation || r == TensorRole::Gradient);
+    };
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& t = g.node(NodeId(k));
+        if (t.kind != OpKind::Transpose || !fuses_activations(t.device)) continue;
+        const std::vector<int64_t>& perm = attrs_as<TransposeAttrs>(t).perm;
+        const TensorId x = t.inputs[0], y = t.outputs[0];
+        if (perm.back() != int64_t(perm.size()) - 1 || g.tensor(x).desc.layout != Layout::Plain || g.tensor(y).desc.layout != Layout::Plain) continue;
+        // into the product writing x, when x is read by the transpose alone: it writes y through the inverse view
+        const NodeId p = g.tensor(x).producer;
+        if (p != kNone) {
+            const Node& m = g.node(p);
+            if (m.kind == OpKind::MatMul && m.outputs[0] == x && out[size_t(p)].y == kNone && attrs_as<MatMulAttrs>(m).perm_c.empty() &&
+                m.post_op == OpKind::Count && m.device == t.device && g.consumers(x).size() == 1 && transient(x)) {
+                out[size_t(p)] = {y, inverse_permutation(perm)};
+                into[k] = p;
+                continue;
+            }
+        }
+        // into the products reading y, when nothing else does: they read x through the transpose's view
+        const std::vector<NodeId>& readers = g.consumers(y);
+        if (readers.empty() || !transient(y) || !std::all_of(readers.begin(), readers.end(), [&](NodeId r) {
+                const Node& m = g.node(r);
+                return m.kind == OpKind::MatMul && m.device == t.device;
+            }))
+            continue;
+        for (const NodeId r : readers)
+            for (size_t i = 0; i < 2; ++i)
+                if (g.node(r).inputs[i] == y) in[size_t(r)][i] = {x, perm};
+        into[k] = readers.front();
+    }
+    for (size_t j = 0; j < g.num_nodes(); ++j) {  // the folded transposes' backward work belongs to the products' layers
+        Node& n = g.node(NodeId(j));
+        if (n.source != kNone && into[size_t(n.source)] != kNone) n.source = into[size_t(n.source)];
+    }
+    size_t k = 0;  // rebuild() rewrites the nodes in order
+    tg = rebuild(std::move(tg), [&](Node& n, Graph&) {
+        const size_t id = k++;
+        if (into[id] != kNone) return false;
+        if (n.kind != OpKind::MatMul) return true;
+        auto& at = std::get<MatMulAttrs>(n.attrs);
+        if (out[id].y != kNone) {
+            n.outputs[0] = out[id].y;
+            at.perm_c = out[id].perm;
+        }
+        for (size_t i = 0; i < 2; ++i)
+            if (in[id][i].y != kNone) {
+                n.inputs[i] = in[id][i].y;
+                (i == 0 ? at.perm_a : at.perm_b) = in[id][i].perm;
+            }
+        return true;
+    });
+    if (folded) *folded = size_t(std::count_if(into.begin(), into.end(), [](NodeId p) { return p != kNone; }));
+    return tg;
+}
+
 TrainGraph insert_allreduce(TrainGraph tg, const AllReduceOptions& o) {
     if (o.ranks < 1) throw Error("a data-parallel job has at least one process, got " + std::to_string(o.ranks));
     if (o.ranks == 1) return tg;
@@ -748,6 +817,7 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     for (const Node& n : tg.graph.nodes()) lg.fused_backward += n.pre_op != OpKind::Count;
     lg.fused = unfused - tg.graph.num_nodes() - lg.fused_backward;
     if (o.fuse && o.fold_casts) tg = fold_casts(std::move(tg), o.keep, &lg.folded_casts, &lg.update_copies);
+    if (o.fuse && o.fold_transposes) tg = fold_transposes(std::move(tg), o.keep, &lg.folded_transposes);
     dump("fuse", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {

@@ -48,6 +48,12 @@
 //                     its backend writes such a copy (writes_low_copy: on the cpu the same storage order or a
 //                     convolution weight's bf16 formats) and the copy's readers all run before the update: the
 //                     copies become state the update rewrites (is_low_copy_input), so no step casts the parameter
+//   fold_transposes   (part of the fuse step) a Transpose keeping the last dim last folds into a MatMul on a
+//                     device whose backend fuses: into the product writing its input, when the transpose is that
+//                     input's only reader, not kept (the product writes the output through the inverse view,
+//                     MatMulAttrs::perm_c); else into the products reading its output, when they are all MatMuls
+//                     and it is not kept (each reads the input through the transpose's view, perm_a / perm_b).
+//                     BERT's head split and merge, forward and backward: no copies, the products read strides
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -94,6 +100,7 @@ struct LoweredGraph {
     size_t fused_backward = 0;                                        // backward nodes folded into a neighbour (Node::pre_op)
     size_t folded_casts = 0;                                          // casts folded into the node writing their input
     size_t update_copies = 0;                                         // parameters' casts folded into their updates (low_copies)
+    size_t folded_transposes = 0;                                     // transposes folded into matmuls (MatMulAttrs::perm_*)
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };
@@ -112,6 +119,7 @@ struct LowerOptions {
     bool layout = true;
     bool fuse = true;
     bool fold_casts = true;      // with fuse: casts folded into their producers (off: tests compare)
+    bool fold_transposes = true;  // with fuse: transposes folded into matmuls (off: tests compare)
     std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, layout, fuse, memory
     std::ostream* dump = nullptr;
 };
@@ -132,6 +140,7 @@ TrainGraph assign_layouts(TrainGraph tg, const std::vector<TensorId>& keep, size
 TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep);
 // folded: casts folded into their producers; copies: parameters' casts folded into their updates
 TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr, size_t* copies = nullptr);
+TrainGraph fold_transposes(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 
 // The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no

@@ -66,11 +66,11 @@ bool gemm_shape(const Graph& g, NodeId id, GemmShape* out) {
             break;
         }
         case OpKind::MatMul: {
-            const auto& a = attrs_as<MatMulAttrs>(n);
-            const Shape& as = dims(n.inputs[0]);
-            const Shape& cs = dims(n.outputs[0]);
+            const auto& a = attrs_as<MatMulAttrs>(n);  // the product's dims: through the folded transposes
+            const Shape as = matmul_view(dims(n.inputs[0]), a.perm_a, a.trans_a).dims;
+            const Shape cs = matmul_view(dims(n.outputs[0]), a.perm_c, false).dims;
             const size_t r = as.size();
-            const double k = double(a.trans_a ? as[r - 2] : as[r - 1]);
+            const double k = double(as[r - 1]);
             const double m = double(cs[r - 2]), nn = double(cs[r - 1]);
             s = {m, nn, k, double(g.tensor(n.outputs[0]).desc.numel()) / (m * nn), n.inputs[0], n.inputs[1], n.outputs[0]};
             break;

@@ -1,6 +1,6 @@
 // Linear on oneDNN inner-product primitives ([..., K] viewed as [M, K]); MatMul on the matmul
-// primitive (leading dims collapsed to one batch dim, transposes expressed as strides, alpha as an
-// output scale).
+// primitive (leading dims merged where contiguous, transposes -- the trans flags and folded ones -- expressed
+// as strides, alpha as an output scale).
 // Linear weights and their gradients stay in their plain [out, in] storage: the inner product runs on
 // them directly (oneDNN's GEMM implementation; over 1-4 rows, loops of joule's own: linear_rows.cpp). Letting oneDNN choose (tag::any) picks a blocked format
 // that had to be re-laid-out every step, forward and backward, and the gradient back: for AlexNet b4 and
@@ -84,36 +84,77 @@ std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
 }
 
 namespace {
-// [batch, rows, cols] view of a [..., r, c] tensor, transposed (as strides) when `trans`.
-memory::desc batched_md(const TensorDesc& d, bool trans, dt type) {
-    const size_t r = d.shape.size();
-    const int64_t rows = d.shape[r - 2], cols = d.shape[r - 1], batch = d.numel() / (rows * cols);
-    if (!trans) return {{batch, rows, cols}, type, memory::dims{rows * cols, cols, 1}};
-    return {{batch, cols, rows}, type, memory::dims{rows * cols, 1, cols}};
+// oneDNN descs of op(A), op(B) and C: each operand's view (through its folded transpose and trans flag) as
+// strides, with adjacent batch dims merged wherever they are contiguous in all three views -- plain operands
+// become [batch, rows, cols], BERT's head-split ones stay [B, heads, S, D] over [B, S, heads, D] storage.
+std::array<memory::desc, 3> matmul_mds(const std::array<StridedView, 3>& views, const std::array<dt, 3>& types) {
+    const size_t r = views[0].dims.size();
+    std::array<memory::dims, 3> dims, strides;
+    for (size_t k = 0; k + 2 < r; ++k) {
+        const bool merge = !dims[0].empty() && std::all_of(views.begin(), views.end(), [&](const StridedView& v) {
+            return v.strides[k - 1] == v.strides[k] * v.dims[k];
+        });
+        for (size_t o = 0; o < 3; ++o) {
+            if (merge) {
+                dims[o].back() *= views[o].dims[k];
+                strides[o].back() = views[o].strides[k];
+            } else {
+                dims[o].push_back(views[o].dims[k]);
+                strides[o].push_back(views[o].strides[k]);
+            }
+        }
+    }
+    std::array<memory::desc, 3> mds;
+    for (size_t o = 0; o < 3; ++o) {
+        const StridedView& v = views[o];
+        if (dims[o].empty()) {  // no batch dims: one matrix
+            dims[o].push_back(1);
+            strides[o].push_back(v.dims[r - 2] * v.dims[r - 1]);
+        }
+        dims[o].insert(dims[o].end(), {v.dims[r - 2], v.dims[r - 1]});
+        strides[o].insert(strides[o].end(), {v.strides[r - 2], v.strides[r - 1]});
+        mds[o] = memory::desc(dims[o], types[o], strides[o]);
+    }
+    return mds;
 }
-memory::desc plain3(const memory::desc& m, dt type) { return {m.dims(), type, tag::abc}; }
+// The same dims, dense row-major.
+memory::desc dense(const memory::desc& m, dt type) {
+    const memory::dims d = m.dims();
+    memory::dims s(d.size(), 1);
+    for (size_t k = d.size() - 1; k-- > 0;) s[k] = s[k + 1] * d[k + 1];
+    return {d, type, s};
+}
+std::string perms_key(const MatMulAttrs& at) {
+    std::string s;
+    for (const auto* p : {&at.perm_a, &at.perm_b, &at.perm_c}) {
+        s += 'p';
+        for (const int64_t d : *p) s += std::to_string(d);
+    }
+    return s;
+}
 }  // namespace
 
 std::unique_ptr<Kernel> make_matmul(const KernelArgs& a) {
     const auto& at = attrs_as<MatMulAttrs>(a.node);
     const dt type = compute_type(a.node.compute);
-    const memory::desc A = batched_md(a.in_desc(0), at.trans_a, type), B = batched_md(a.in_desc(1), at.trans_b, type);
-    const memory::desc C = batched_md(a.out_desc(0), false, dnnl_type(a.out_desc(0).dtype));  // f32 where a bf16 product writes f32
+    const auto [A, B, C] = matmul_mds({matmul_view(a.in_desc(0).shape, at.perm_a, at.trans_a), matmul_view(a.in_desc(1).shape, at.perm_b, at.trans_b),
+                                       matmul_view(a.out_desc(0).shape, at.perm_c, false)},
+                                      {type, type, dnnl_type(a.out_desc(0).dtype)});  // C f32 where a bf16 product writes f32
     const std::string key = key_of(a.in_desc(0)) + key_of(a.in_desc(1)) + key_of(a.out_desc(0)) + std::to_string(at.trans_a) +
-                            std::to_string(at.trans_b) + std::to_string(at.alpha) + std::to_string(int(type)) + post_op_key(a.node);
+                            std::to_string(at.trans_b) + perms_key(at) + std::to_string(at.alpha) + std::to_string(int(type)) + post_op_key(a.node);
     auto e = a.ctx.cache.get<matmul>(key, [&] {
         primitive_attr attr = post_op_attr(a.node);
         if (at.alpha != 1.0f) attr.set_output_scales(0, {at.alpha});
         // the transposes as strides (f32, and bf16 where oneDNN has a kernel of its own for them: its brgemm
-        // matmul, which reads a transposed bf16 operand at 0.9-1.0x the speed of a plain one); else plain
-        // operands, which the kernel's reorder steps transpose at every call
+        // matmul, which reads a transposed or head-split bf16 operand at 0.9-1.0x the speed of a plain one);
+        // else dense operands, which the kernel's reorder steps lay out at every call
         if (type == dt::f32) return matmul::primitive_desc({A, B, C}, attr, a.ctx.engine);
         try {
             matmul::primitive_desc pd({A, B, C}, attr, a.ctx.engine);
             if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) return pd;
         } catch (const dnnl::error&) {
         }
-        return matmul::primitive_desc({plain3(A, type), plain3(B, type), C}, attr, a.ctx.engine);
+        return matmul::primitive_desc({dense(A, type), dense(B, type), C}, attr, a.ctx.engine);
     });
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     k->add(e->prim, {{DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(A, a.in[0]), e->pd.src_desc())},

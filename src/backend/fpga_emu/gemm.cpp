@@ -187,15 +187,18 @@ std::unique_ptr<Kernel> linear(const reference::Op& op, const Tiling& t) {
     if (op.kind() == OpKind::MatMul) {  // C = alpha op(A) op(B) per batch matrix
         const MatMulAttrs at = op.attrs<MatMulAttrs>();
         const Buf A = op.in[0], B = op.in[1], C = op.out[0];
-        const size_t r = A.desc.shape.size();
-        const int64_t ar = A.dim(r - 2), ac = A.dim(r - 1), br = B.dim(r - 2), bc = B.dim(r - 1);
-        const int64_t M = C.dim(r - 2), N = C.dim(r - 1), K = at.trans_a ? ar : ac;
+        // op(A)[g, i, k], op(B)[g, k, j], C[g, i, j] through the folded transposes
+        const StridedView va = matmul_view(A.desc.shape, at.perm_a, at.trans_a), vb = matmul_view(B.desc.shape, at.perm_b, at.trans_b),
+                          vc = matmul_view(C.desc.shape, at.perm_c, false);
+        const std::vector<int64_t> ga = batch_offsets(va), gb = batch_offsets(vb), gc = batch_offsets(vc);
+        const size_t r = va.dims.size();
+        const int64_t M = vc.dims[r - 2], N = vc.dims[r - 1], K = va.dims[r - 1];
         return std::make_unique<GemmKernel>([=] {
             tiled_gemm(
-                t, C.numel() / (M * N), M, N, K,
-                [&](int64_t g, int64_t i, int64_t k) { return A.get(at.trans_a ? (g * ar + k) * ac + i : (g * ar + i) * ac + k); },
-                [&](int64_t g, int64_t k, int64_t j) { return B.get(at.trans_b ? (g * br + j) * bc + k : (g * br + k) * bc + j); },
-                [&](int64_t g, int64_t i, int64_t j, float acc) { C.set((g * M + i) * N + j, double(at.alpha) * acc); });
+                t, int64_t(gc.size()), M, N, K,
+                [&](int64_t g, int64_t i, int64_t k) { return A.get(ga[size_t(g)] + i * va.strides[r - 2] + k * va.strides[r - 1]); },
+                [&](int64_t g, int64_t k, int64_t j) { return B.get(gb[size_t(g)] + k * vb.strides[r - 2] + j * vb.strides[r - 1]); },
+                [&](int64_t g, int64_t i, int64_t j, float acc) { C.set(gc[size_t(g)] + i * vc.strides[r - 2] + j * vc.strides[r - 1], double(at.alpha) * acc); });
         });
     }
     const bool bias = op.attrs<LinearAttrs>().bias;

@@ -56,6 +56,20 @@ double flops_LinearBackwardWeights(const Node& n, const Descs& in, const Descs&)
     return 2 * numel(in[0]) * double(in[1].shape.back()) + (attrs_as<LinearAttrs>(n).bias ? numel(in[0]) : 0);
 }
 
+namespace {
+// A folded transpose (MatMulAttrs::perm_*): none, or a permutation of the operand's dims keeping the last last.
+void require_perm(const std::vector<int64_t>& perm, size_t rank, const std::string& what) {
+    if (perm.empty()) return;
+    std::vector<bool> seen(rank, false);
+    bool ok = perm.size() == rank && perm.back() == int64_t(rank) - 1;
+    for (const int64_t p : perm) {
+        ok = ok && p >= 0 && p < int64_t(rank) && !seen[size_t(p)];
+        if (ok) seen[size_t(p)] = true;
+    }
+    require(ok, what + "'s folded transpose " + shape_str(perm) + " must permute its " + std::to_string(rank) + " dims, the last one last");
+}
+}  // namespace
+
 Descs shape_MatMul(const Node& n, const Descs& in) {
     const auto& a = attrs_as<MatMulAttrs>(n);
     const TensorDesc &x = in[0], &y = in[1];
@@ -64,26 +78,34 @@ Descs shape_MatMul(const Node& n, const Descs& in) {
     require(x.rank() >= 2 && x.rank() == y.rank(), "A " + shape_str(x.shape) + " and B " + shape_str(y.shape) + " must have the same rank >= 2");
     require(x.layout == Layout::Plain && y.layout == Layout::Plain, "operands must be plain tensors");
     const size_t r = x.shape.size();
+    require_perm(a.perm_a, r, "A");
+    require_perm(a.perm_b, r, "B");
+    require_perm(a.perm_c, r, "C");
+    // the operands as the product reads them (through their folded transposes)
+    const Shape xs = matmul_view(x.shape, a.perm_a, false).dims, ys = matmul_view(y.shape, a.perm_b, false).dims;
     for (size_t i = 0; i + 2 < r; ++i)
-        require(x.shape[i] == y.shape[i], "batch dimensions of A " + shape_str(x.shape) + " and B " + shape_str(y.shape) + " differ");
-    const int64_t m = a.trans_a ? x.shape[r - 1] : x.shape[r - 2];
-    const int64_t k = a.trans_a ? x.shape[r - 2] : x.shape[r - 1];
-    const int64_t k2 = a.trans_b ? y.shape[r - 1] : y.shape[r - 2];
-    const int64_t nn = a.trans_b ? y.shape[r - 2] : y.shape[r - 1];
-    require(k == k2, "inner dimensions differ: A " + shape_str(x.shape) + (a.trans_a ? "^T" : "") + " x B " + shape_str(y.shape) + (a.trans_b ? "^T" : ""));
-    Shape out(x.shape.begin(), x.shape.end() - 2);
+        require(xs[i] == ys[i], "batch dimensions of A " + shape_str(xs) + " and B " + shape_str(ys) + " differ");
+    const int64_t m = a.trans_a ? xs[r - 1] : xs[r - 2];
+    const int64_t k = a.trans_a ? xs[r - 2] : xs[r - 1];
+    const int64_t k2 = a.trans_b ? ys[r - 1] : ys[r - 2];
+    const int64_t nn = a.trans_b ? ys[r - 2] : ys[r - 1];
+    require(k == k2, "inner dimensions differ: A " + shape_str(xs) + (a.trans_a ? "^T" : "") + " x B " + shape_str(ys) + (a.trans_b ? "^T" : ""));
+    Shape out(xs.begin(), xs.end() - 2);
     out.push_back(m);
     out.push_back(nn);
-    return {TensorDesc{out, x.dtype, Layout::Plain}};
+    Shape stored = out;  // C written through its view: stored dim perm_c[i] is the product's dim i
+    for (size_t i = 0; i < a.perm_c.size(); ++i) stored[size_t(a.perm_c[i])] = out[i];
+    return {TensorDesc{stored, x.dtype, Layout::Plain}};
 }
 double flops_MatMul(const Node& n, const Descs& in, const Descs& out) {
     const auto& a = attrs_as<MatMulAttrs>(n);
-    const auto& x = in[0].shape;
-    const int64_t k = a.trans_a ? x[x.size() - 2] : x.back();
-    return 2 * numel(out[0]) * double(k);
+    const Shape x = matmul_view(in[0].shape, a.perm_a, a.trans_a).dims;
+    return 2 * numel(out[0]) * double(x.back());
 }
 void grad_MatMul(GradBuilder& b, const Node& n) {
     const auto& a = attrs_as<MatMulAttrs>(n);
+    if (!a.perm_a.empty() || !a.perm_b.empty() || !a.perm_c.empty())
+        throw InternalError("MatMul '" + n.name + "' has folded transposes: a lowered graph's node, past autodiff");
     const TensorId A = n.inputs[0], B = n.inputs[1], dC = b.dy(0);
     const float s = a.alpha;
     // (first, second, trans_first, trans_second) for dA and dB, from C = op(A) op(B).

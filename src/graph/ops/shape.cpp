@@ -108,10 +108,7 @@ Descs shape_Transpose(const Node& n, const Descs& in) {
 }
 double flops_Transpose(const Node&, const Descs&, const Descs&) { return 0; }
 void grad_Transpose(GradBuilder& b, const Node& n) {
-    const auto& perm = attrs_as<TransposeAttrs>(n).perm;
-    std::vector<int64_t> inv(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
-    b.accumulate(n.inputs[0], b.emit(OpKind::Transpose, TransposeAttrs{inv}, {b.dy(0)}, "bwd")[0]);
+    b.accumulate(n.inputs[0], b.emit(OpKind::Transpose, TransposeAttrs{inverse_permutation(attrs_as<TransposeAttrs>(n).perm)}, {b.dy(0)}, "bwd")[0]);
 }
 
 }  // namespace joule::rules
