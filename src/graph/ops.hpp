@@ -251,13 +251,13 @@ inline bool gemm_may_write_f32(OpKind k) {
 }
 // Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
 // own loops: batch norm and its backward, with or without an activation fused or folded in, GELU and its
-// backward, dropout (its output; the mask stays f32), max pooling's and softmax's backward; the reference
-// stores any dtype): plan/'s fuse pass folds a Cast that follows one into it, so the f32 tensor is neither
-// written nor read.
+// backward, dropout (its output; the mask stays f32), max pooling's and softmax's backward; oneDNN's binary
+// primitive for Add / Mul / Sub / Div; the reference stores any dtype): plan/'s fuse pass folds a Cast that
+// follows one into it, so the f32 tensor is neither written nor read.
 inline bool stores_output_low(OpKind kind) {
     switch (kind) {
         case OpKind::BatchNorm2d: case OpKind::BatchNormBackward: case OpKind::Gelu: case OpKind::GeluBackward: case OpKind::Dropout:
-        case OpKind::MaxPool2dBackward: case OpKind::SoftmaxBackward: return true;
+        case OpKind::MaxPool2dBackward: case OpKind::SoftmaxBackward: case OpKind::Add: case OpKind::Mul: case OpKind::Sub: case OpKind::Div: return true;
         default: return false;
     }
 }

@@ -230,8 +230,31 @@ std::unique_ptr<Kernel> make_eltwise(const KernelArgs& a) {
     return k;
 }
 
+namespace {
+// y = a op b over [begin, end), f32 operands, y rounded to bf16 as stored.
+template <OpKind K>
+JOULE_X86_64_V4_CLONE void binary_to_bf16(const float* __restrict a, const float* __restrict b, uint16_t* __restrict y, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+        const float v = K == OpKind::Add ? a[i] + b[i] : K == OpKind::Mul ? a[i] * b[i] : K == OpKind::Sub ? a[i] - b[i] : a[i] / b[i];
+        st(y, i, v);
+    }
+}
+}  // namespace
+
 std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
     const OpKind kind = a.node.kind;
+    // An f32 node storing bf16 (stores_output_low: the plan's Cast after it folded in), operands of its shape
+    // and order, nothing fused: a loop of joule's own (oneDNN 2.6 has only its reference kernel for an f32
+    // binary storing bf16); else oneDNN writes f32 into a scratch and a reorder rounds it into storage.
+    const bool low_out = a.node.compute == DType::F32 && a.out_desc(0).dtype == DType::BF16;
+    if (low_out && a.node.post_op == OpKind::Count && inputs_in_output_order(a)) {
+        const auto loop = kind == OpKind::Add ? binary_to_bf16<OpKind::Add> : kind == OpKind::Mul ? binary_to_bf16<OpKind::Mul>
+                        : kind == OpKind::Sub ? binary_to_bf16<OpKind::Sub> : binary_to_bf16<OpKind::Div>;
+        const int64_t n = a.out_desc(0).storage_numel();
+        const float *x0 = static_cast<const float*>(a.in[0]), *x1 = static_cast<const float*>(a.in[1]);
+        uint16_t* y = static_cast<uint16_t*>(a.out[0]);
+        return std::make_unique<FunctionKernel>([=](const RunContext&) { parallel_chunks(n, [&](int64_t begin, int64_t end) { loop(x0, x1, y, begin, end); }); });
+    }
     const algorithm alg = kind == OpKind::Add ? algorithm::binary_add : kind == OpKind::Mul ? algorithm::binary_mul
                         : kind == OpKind::Sub ? algorithm::binary_sub : algorithm::binary_div;
     const dt type = compute_type(a.node.compute);
@@ -246,7 +269,7 @@ std::unique_ptr<Kernel> make_binary(const KernelArgs& a) {
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);
     StagedOutputs outs;
     k->add(e->prim, {{DNNL_ARG_SRC_0, compute_input(a, s0, a.in[0], type)}, {DNNL_ARG_SRC_1, compute_input(a, s1, a.in[1], type)},
-                     {DNNL_ARG_DST, outs.add(a, d, a.out[0], type)}});
+                     {DNNL_ARG_DST, low_out ? outs.add(a, d, a.out[0], with_type(d, type)) : outs.add(a, d, a.out[0], type)}});
     outs.finish(*k);
     return k;
 }
