@@ -1154,6 +1154,12 @@ TEST(Cli, TrainAndInspectUnderAPlanFile) {
     const auto mobile_json = run_json("inspect mobilenet_v2 --batch 2 --image-size 32 --json");
     EXPECT_EQ(mobile_json["fused_activations"], 35);
     EXPECT_EQ(mobile_json["fused_backwards"], 35);
+    // bert-tiny: its attention's head split and merge, 8 transposes a layer, folded into the matmuls
+    const Result bert = run("inspect bert-tiny --batch 2 --seq-len 16");
+    EXPECT_EQ(bert.code, 0);
+    EXPECT_NE(bert.out.find("16 transposes folded into matmuls"), std::string::npos) << bert.out.substr(bert.out.size() - std::min<size_t>(bert.out.size(), 2000));
+    EXPECT_EQ(bert.out.find(" Transpose "), std::string::npos);
+    EXPECT_EQ(run_json("inspect bert-tiny --batch 2 --seq-len 16 --json")["folded_transposes"], 16);
     // the layout pass: conv weights stored in their primitives' formats, each remaining reorder a node
     const Result laid = run("inspect resnet18 --batch 2 --image-size 32 --dump-after layout");
     EXPECT_EQ(laid.code, 0);

@@ -128,7 +128,7 @@ std::string perms_key(const MatMulAttrs& at) {
     std::string s;
     for (const auto* p : {&at.perm_a, &at.perm_b, &at.perm_c}) {
         s += 'p';
-        for (const int64_t d : *p) s += std::to_string(d);
+        for (const int64_t d : *p) s += std::to_string(d) + ",";
     }
     return s;
 }
