@@ -145,6 +145,19 @@ std::vector<int64_t> batch_offsets(const StridedView& v) {
     return offsets;
 }
 
+MatMulIndex matmul_index(const MatMulAttrs& at, const Shape& a, const Shape& b, const Shape& c) {
+    MatMulIndex x{matmul_view(a, at.perm_a, at.trans_a), matmul_view(b, at.perm_b, at.trans_b), matmul_view(c, at.perm_c, false), {}, {}, {}, 0, 0, 0, 0};
+    x.ga = batch_offsets(x.va);
+    x.gb = batch_offsets(x.vb);
+    x.gc = batch_offsets(x.vc);
+    const size_t r = x.vc.dims.size();
+    x.batch = int64_t(x.gc.size());
+    x.M = x.vc.dims[r - 2];
+    x.N = x.vc.dims[r - 1];
+    x.K = x.va.dims[r - 1];
+    return x;
+}
+
 uint64_t dropout_stream(const Node& n) {
     uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the name
     for (unsigned char c : n.name) h = (h ^ c) * 0x100000001b3ULL;

@@ -87,6 +87,19 @@ struct StridedView {
 StridedView matmul_view(const Shape& stored, const std::vector<int64_t>& perm, bool trans);
 // Element offset of each matrix of a view: its batch dims (all but the last two) in row-major order.
 std::vector<int64_t> batch_offsets(const StridedView& v);
+// A MatMul's element offsets for loops over (g, i, k, j): op(A)[g, i, k] at a(g, i, k), op(B)[g, k, j] at
+// b(g, k, j), C[g, i, j] at c(g, i, j), through the folded transposes (the reference's and fpga_emu's kernels).
+struct MatMulIndex {
+    StridedView va, vb, vc;
+    std::vector<int64_t> ga, gb, gc;  // batch_offsets of each
+    int64_t batch, M, N, K;
+    int64_t a(int64_t g, int64_t i, int64_t k) const { return ga[size_t(g)] + i * row(va) + k * col(va); }
+    int64_t b(int64_t g, int64_t k, int64_t j) const { return gb[size_t(g)] + k * row(vb) + j * col(vb); }
+    int64_t c(int64_t g, int64_t i, int64_t j) const { return gc[size_t(g)] + i * row(vc) + j * col(vc); }
+    static int64_t row(const StridedView& v) { return v.strides[v.strides.size() - 2]; }
+    static int64_t col(const StridedView& v) { return v.strides.back(); }
+};
+MatMulIndex matmul_index(const MatMulAttrs& at, const Shape& a, const Shape& b, const Shape& c);
 struct NormAttrs {
     float eps = 1e-5f;
     float momentum = 0.1f;  // running-statistics update factor (BatchNorm)
@@ -251,8 +264,9 @@ inline bool gemm_may_write_f32(OpKind k) {
 }
 // Nodes that, computing in f32, may store their output 0 in bf16, rounded as it is stored (the cpu backend's
 // own loops: batch norm and its backward, with or without an activation fused or folded in, GELU and its
-// backward, dropout (its output; the mask stays f32), max pooling's and softmax's backward; oneDNN's binary
-// primitive for Add / Mul / Sub / Div; the reference stores any dtype): plan/'s fuse pass folds a Cast that
+// backward, dropout (its output; the mask stays f32), max pooling's and softmax's backward; Add / Mul / Sub /
+// Div: a loop of its own for same-shape operands, else oneDNN's binary into f32 scratch and a reorder; the
+// reference stores any dtype): plan/'s fuse pass folds a Cast that
 // follows one into it, so the f32 tensor is neither written nor read.
 inline bool stores_output_low(OpKind kind) {
     switch (kind) {

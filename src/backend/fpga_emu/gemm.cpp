@@ -187,18 +187,12 @@ std::unique_ptr<Kernel> linear(const reference::Op& op, const Tiling& t) {
     if (op.kind() == OpKind::MatMul) {  // C = alpha op(A) op(B) per batch matrix
         const MatMulAttrs at = op.attrs<MatMulAttrs>();
         const Buf A = op.in[0], B = op.in[1], C = op.out[0];
-        // op(A)[g, i, k], op(B)[g, k, j], C[g, i, j] through the folded transposes
-        const StridedView va = matmul_view(A.desc.shape, at.perm_a, at.trans_a), vb = matmul_view(B.desc.shape, at.perm_b, at.trans_b),
-                          vc = matmul_view(C.desc.shape, at.perm_c, false);
-        const std::vector<int64_t> ga = batch_offsets(va), gb = batch_offsets(vb), gc = batch_offsets(vc);
-        const size_t r = va.dims.size();
-        const int64_t M = vc.dims[r - 2], N = vc.dims[r - 1], K = va.dims[r - 1];
+        const MatMulIndex x = matmul_index(at, A.desc.shape, B.desc.shape, C.desc.shape);  // through the folded transposes
         return std::make_unique<GemmKernel>([=] {
             tiled_gemm(
-                t, int64_t(gc.size()), M, N, K,
-                [&](int64_t g, int64_t i, int64_t k) { return A.get(ga[size_t(g)] + i * va.strides[r - 2] + k * va.strides[r - 1]); },
-                [&](int64_t g, int64_t k, int64_t j) { return B.get(gb[size_t(g)] + k * vb.strides[r - 2] + j * vb.strides[r - 1]); },
-                [&](int64_t g, int64_t i, int64_t j, float acc) { C.set(gc[size_t(g)] + i * vc.strides[r - 2] + j * vc.strides[r - 1], double(at.alpha) * acc); });
+                t, x.batch, x.M, x.N, x.K, [&](int64_t g, int64_t i, int64_t k) { return A.get(x.a(g, i, k)); },
+                [&](int64_t g, int64_t k, int64_t j) { return B.get(x.b(g, k, j)); },
+                [&](int64_t g, int64_t i, int64_t j, float acc) { C.set(x.c(g, i, j), double(at.alpha) * acc); });
         });
     }
     const bool bias = op.attrs<LinearAttrs>().bias;

@@ -10,21 +10,14 @@ int64_t rows_of(const Buf& b) { return b.numel() / b.desc.shape.back(); }
 std::unique_ptr<Kernel> matmul(const Op& op) {
     const MatMulAttrs a = op.attrs<MatMulAttrs>();
     const Buf A = op.in[0], B = op.in[1], C = op.out[0];
-    // op(A)[g, i, k], op(B)[g, k, j], C[g, i, j] through the folded transposes
-    const StridedView va = matmul_view(A.desc.shape, a.perm_a, a.trans_a), vb = matmul_view(B.desc.shape, a.perm_b, a.trans_b),
-                      vc = matmul_view(C.desc.shape, a.perm_c, false);
-    const std::vector<int64_t> ga = batch_offsets(va), gb = batch_offsets(vb), gc = batch_offsets(vc);
-    const size_t r = va.dims.size();
-    const int64_t M = vc.dims[r - 2], N = vc.dims[r - 1], K = va.dims[r - 1];
+    const MatMulIndex x = matmul_index(a, A.desc.shape, B.desc.shape, C.desc.shape);  // through the folded transposes
     return loop([=](const RunContext&) {
-        for (size_t bi = 0; bi < gc.size(); ++bi)
-            for (int64_t i = 0; i < M; ++i)
-                for (int64_t j = 0; j < N; ++j) {
+        for (int64_t g = 0; g < x.batch; ++g)
+            for (int64_t i = 0; i < x.M; ++i)
+                for (int64_t j = 0; j < x.N; ++j) {
                     double s = 0;
-                    for (int64_t k = 0; k < K; ++k)
-                        s += double(A.get(ga[bi] + i * va.strides[r - 2] + k * va.strides[r - 1])) *
-                             double(B.get(gb[bi] + k * vb.strides[r - 2] + j * vb.strides[r - 1]));
-                    C.set(gc[bi] + i * vc.strides[r - 2] + j * vc.strides[r - 1], double(a.alpha) * s);
+                    for (int64_t k = 0; k < x.K; ++k) s += double(A.get(x.a(g, i, k))) * double(B.get(x.b(g, k, j)));
+                    C.set(x.c(g, i, j), double(a.alpha) * s);
                 }
     });
 }
