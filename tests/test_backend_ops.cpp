@@ -122,6 +122,11 @@ void add_linear_cases(std::vector<Case>& cs, const std::string& tag, Shape x, Sh
         cs.push_back({"LinearBackwardData_" + tag + (keep ? "_f32dx" : ""), [=](Graph& g, Fills& f) {
                           backward(g, OpKind::LinearBackwardData, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "w", wd)}, xd);
                       }, true, keep});
+        // a gradient sum folded in (plan/'s fold_grad_sums): dX = dY W + G, G f32 whatever the node computes in
+        cs.push_back({"LinearBackwardData_" + tag + "_plus_g" + (keep ? "_f32dx" : ""), [=](Graph& g, Fills& f) {
+                          backward(g, OpKind::LinearBackwardData, LinearAttrs{bias},
+                                   {input(g, f, "dy", yd), input(g, f, "w", wd), input(g, f, "g", xd)}, xd);
+                      }, true, keep});
         cs.push_back({"LinearBackwardWeights_" + tag + (keep ? "_f32dw" : ""), [=](Graph& g, Fills& f) {
                           backward(g, OpKind::LinearBackwardWeights, LinearAttrs{bias}, {input(g, f, "dy", yd), input(g, f, "x", xd)}, wd);
                       }, true, keep});

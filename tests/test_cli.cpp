@@ -1159,7 +1159,11 @@ TEST(Cli, TrainAndInspectUnderAPlanFile) {
     EXPECT_EQ(bert.code, 0);
     EXPECT_NE(bert.out.find("16 transposes folded into matmuls"), std::string::npos) << bert.out.substr(bert.out.size() - std::min<size_t>(bert.out.size(), 2000));
     EXPECT_EQ(bert.out.find(" Transpose "), std::string::npos);
-    EXPECT_EQ(run_json("inspect bert-tiny --batch 2 --seq-len 16 --json")["folded_transposes"], 16);
+    const auto bert_json = run_json("inspect bert-tiny --batch 2 --seq-len 16 --json");
+    EXPECT_EQ(bert_json["folded_transposes"], 16);
+    // and its gradient sums (Q, K, V and the residual; the FFN's input and its residual) into the backward-data products
+    EXPECT_NE(bert.out.find("8 gradient sums folded into backward-data products"), std::string::npos);
+    EXPECT_EQ(bert_json["folded_grad_sums"], 8);
     // the layout pass: conv weights stored in their primitives' formats, each remaining reorder a node
     const Result laid = run("inspect resnet18 --batch 2 --image-size 32 --dump-after layout");
     EXPECT_EQ(laid.code, 0);

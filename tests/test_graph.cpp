@@ -82,6 +82,12 @@ TEST(ShapeInference, Rejections) {
     expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {}, {0, 1, 3}, {}}, {qa, qb}, "mm_rank"); }, "B's folded transpose");
     expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {}, {}, {0, 0, 2, 3}}, {qa, qb}, "mm_dup"); }, "C's folded transpose");
     expect_error([&] { g.add1(OpKind::MatMul, MatMulAttrs{false, true, 1.0f, {0, 2, 1, 3}, {}, {}}, {qa, qb}, "mm_batch"); }, "batch dimensions of A [2, 2, 3, 4] and B [2, 3, 2, 4] differ");
+    // a folded gradient sum (LinearBackwardData's third input) has the output's shape
+    const TensorDesc dxd{{6, 8}};
+    const TensorId dy = w(g, "dy", {6, 4}), fw = w(g, "fw3", {4, 8});
+    g.add(OpKind::LinearBackwardData, LinearAttrs{false}, {dy, fw, w(g, "gsum", {6, 8})}, "bwd_data_sum", Phase::Backward, kNone, dxd);
+    expect_error([&] { g.add(OpKind::LinearBackwardData, LinearAttrs{false}, {dy, fw, w(g, "gbad", {6, 4})}, "bwd_data_bad", Phase::Backward, kNone, dxd); },
+                 "the gradient it adds to must have its output's shape [6, 8], got f32[6, 4]");
     expect_error([&] { g.add1(OpKind::Slice, SliceAttrs{1, 3, 2}, {x}, "s"); }, "outside dimension 4");
     expect_error([&] { g.input("bad", {{2, 0}}); }, "non-positive dimension");
     const TensorId labels = g.input("y", {{3}, DType::I32}, TensorRole::Label);

@@ -708,8 +708,12 @@ TEST(Passes, FoldsCastsIntoNodesThatRoundAsTheyStore) {
                     << net
                     << (bert ? ": per layer GELU and its backward, softmax's backward and two dropout backwards, the dropouts a GEMM alone reads"
                              : ": batch norms, both ways, a dropout and five residual adds");
-                EXPECT_EQ(lg.update_copies, bert ? 14u : 15u + 2u * 34u)
-                    << net << (bert ? ": every Linear weight" : ": the depthwise and classifier weights, and each 1x1 convolution weight in its two bf16 formats");
+                // MobileNetV2: the depthwise and classifier weights, and the 1x1 convolutions' weights in those of
+                // their bf16 formats that the update writes -- oneDNN's choice per machine: both of each one's two
+                // with avx512_bf16 (an EPYC: 15 + 2 x 34), fewer with AMX (a Xeon 6: 22), whose formats the update's
+                // copy does not cover (parameter_casts above: none left that it could keep)
+                if (bert) EXPECT_EQ(lg.update_copies, 14u) << net << ": every Linear weight";
+                else EXPECT_TRUE(lg.update_copies >= 15u && lg.update_copies <= 15u + 2u * 34u) << net << ": " << lg.update_copies;
             } else {
                 EXPECT_EQ(lg.folded_casts, 0u);
                 EXPECT_EQ(lg.update_copies, 0u);
@@ -764,30 +768,98 @@ TEST(Passes, FoldsTransposesIntoMatMulsOnly) {
     }
 }
 
+// bert-tiny (batch 4, 16 tokens) under a `dtype` plan, lowered with `o` (its loss kept), trained three steps;
+// `check` sees the lowered graph first.
+template <class Check>
+Trained train_bert(DType dtype, LowerOptions o, Check check) {
+    zoo::Model model = zoo::build("bert-tiny", {.batch = 4, .image_size = 0, .in_channels = 0, .classes = 4, .seq_len = 16});
+    const TensorId loss = model.loss;
+    TrainGraph tg = build_train_graph(std::move(model.graph), loss, OptimizerConfig::sgd(0.002f, 0.9f));
+    BackendSet backends({.threads = 2});
+    const Plan plan = precision_plan(tg, dtype, PrecisionScope::Gemm, backends.get("cpu"));
+    o.keep = {loss};
+    const LoweredGraph lg = lower(std::move(tg), plan, o);
+    check(lg);
+    return train_steps(lg, backends, model, 5, 4);
+}
+
 // BERT's head split and merge, forward and backward (16 transposes in bert-tiny), fold into its attention
 // products, which read and write [B, S, heads, D] storage as [B, heads, S, D]: no Transpose is left and
 // training takes the same steps to the bit, f32 and bf16.
 TEST(Passes, FoldedTransposesTrainBertAsTheTransposesDo) {
     for (const DType dtype : {DType::F32, DType::BF16}) {
-        std::vector<float> losses[2];
-        std::vector<std::vector<float>> weights[2];
-        for (int fold = 0; fold < 2; ++fold) {
-            zoo::Model model = zoo::build("bert-tiny", {.batch = 4, .image_size = 0, .in_channels = 0, .classes = 4, .seq_len = 16});
-            const TensorId loss = model.loss;
-            TrainGraph tg = build_train_graph(std::move(model.graph), loss, OptimizerConfig::sgd(0.002f, 0.9f));
-            BackendSet backends({.threads = 2});
-            const Plan plan = precision_plan(tg, dtype, PrecisionScope::Gemm, backends.get("cpu"));
-            const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {loss}, .fold_transposes = fold == 1});
-            size_t transposes = 0;
-            for (const Node& n : lg.train.graph.nodes()) transposes += n.kind == OpKind::Transpose;
-            EXPECT_EQ(lg.folded_transposes, fold ? 16u : 0u);
-            EXPECT_EQ(transposes, fold ? 0u : 16u);
-            Trained t = train_steps(lg, backends, model, 5, 4);
-            losses[fold] = std::move(t.losses);
-            weights[fold] = std::move(t.weights);
-        }
-        EXPECT_EQ(losses[1], losses[0]) << dtype_name(dtype);
-        EXPECT_EQ(weights[1], weights[0]) << dtype_name(dtype);
+        Trained t[2];
+        for (int fold = 0; fold < 2; ++fold)
+            t[fold] = train_bert(dtype, {.fold_transposes = fold == 1}, [&](const LoweredGraph& lg) {
+                size_t transposes = 0;
+                for (const Node& n : lg.train.graph.nodes()) transposes += n.kind == OpKind::Transpose;
+                EXPECT_EQ(lg.folded_transposes, fold ? 16u : 0u);
+                EXPECT_EQ(transposes, fold ? 0u : 16u);
+            });
+        EXPECT_EQ(t[1].losses, t[0].losses) << dtype_name(dtype);
+        EXPECT_EQ(t[1].weights, t[0].weights) << dtype_name(dtype);
+    }
+}
+// A gradient sum (f32 Add, same-desc terms) folds into the LinearBackwardData writing one term when that term
+// is transient and read by the sum alone, and the other term is written before the product runs; a chain of
+// sums folds term by term. Not past a kept term, a second reader, a broadcast, or a term written later.
+TEST(Passes, FoldsGradSumsIntoBackwardDataOnly) {
+    Graph g;
+    const TensorDesc xd{{6, 8}}, yd{{6, 4}};
+    const TensorId w = g.input("w", {{4, 8}}), a = g.input("a", xd), dy = g.input("dy", yd);
+    auto bwd_data = [&](const std::string& name) {
+        return g.add(OpKind::LinearBackwardData, LinearAttrs{false}, {dy, w}, name, Phase::Backward, kNone, xd, TensorRole::Gradient).front();
+    };
+    auto sum = [&](TensorId x, TensorId y, const std::string& name) {
+        return g.add(OpKind::Add, NoAttrs{}, {x, y}, name, Phase::Backward, kNone, std::nullopt, TensorRole::Gradient).front();
+    };
+    const TensorId d1 = bwd_data("d1"), d2 = bwd_data("d2");
+    const TensorId s1 = sum(a, d1, "s1");   // into d1
+    const TensorId s2 = sum(s1, d2, "s2");  // into d2, reading d1's sum
+    const TensorId d3 = bwd_data("d3");
+    const TensorId late = g.add1(OpKind::Relu, NoAttrs{}, {a}, "late");
+    const TensorId s3 = sum(late, d3, "s3");  // the other term is written after d3
+    const TensorId d4 = bwd_data("d4");
+    const TensorId s4 = sum(a, d4, "s4");  // d4 kept
+    const TensorId d5 = bwd_data("d5");
+    const TensorId s5 = sum(a, d5, "s5");  // d5 read twice
+    const TensorId r5 = g.add1(OpKind::Relu, NoAttrs{}, {d5}, "r5");
+    const TensorId d6 = bwd_data("d6");
+    const TensorId s6 = sum(d6, g.input("row", {{8}}), "s6");  // a broadcast
+    TrainGraph tg;
+    tg.graph = std::move(g);
+    const Plan plan = parse_plan(header(tg) + "entries: []\n", "p.yaml");
+    const LoweredGraph lg = lower(std::move(tg), plan, {.keep = {s2, s3, d4, s4, s5, r5, s6}});
+    EXPECT_EQ(lg.folded_grad_sums, 2u);
+    std::map<std::string, Node> by_name;
+    for (const Node& n : lg.train.graph.nodes()) by_name.emplace(n.name, n);
+    for (const char* gone : {"s1", "s2"}) EXPECT_FALSE(by_name.count(gone)) << gone;
+    for (const char* left : {"s3", "s4", "s5", "s6"}) EXPECT_TRUE(by_name.count(left)) << left;
+    EXPECT_EQ(by_name.at("d1").inputs, (std::vector<TensorId>{dy, w, a}));
+    EXPECT_EQ(by_name.at("d1").outputs[0], s1);
+    EXPECT_EQ(by_name.at("d2").inputs, (std::vector<TensorId>{dy, w, s1}));
+    EXPECT_EQ(by_name.at("d2").outputs[0], s2);
+    for (const char* plain : {"d3", "d4", "d5", "d6"}) EXPECT_EQ(by_name.at(plain).inputs.size(), 2u) << plain;
+}
+
+// BERT's layer inputs feed Q, K, V and the residual (three chained gradient sums each) and the FFN's input
+// two terms: bert-tiny's 8 sums fold into the backward-data products, and training takes the same steps
+// (oneDNN's matmul with the sum as a post-op against its inner product and a separate Add: the same sums,
+// in another order of the products' accumulation), f32 and bf16.
+TEST(Passes, FoldedGradSumsTrainBertAsTheSumsDo) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+        Trained t[2];
+        for (int fold = 0; fold < 2; ++fold)
+            t[fold] = train_bert(dtype, {.fold_grad_sums = fold == 1}, [&](const LoweredGraph& lg) {
+                size_t sums = 0;
+                for (const Node& n : lg.train.graph.nodes()) sums += n.kind == OpKind::Add && n.phase == Phase::Backward;
+                EXPECT_EQ(lg.folded_grad_sums, fold ? 8u : 0u);
+                EXPECT_EQ(sums, fold ? 0u : 8u);
+            });
+        ASSERT_EQ(t[1].losses.size(), t[0].losses.size());
+        for (size_t s = 0; s < t[0].losses.size(); ++s) EXPECT_NEAR(t[1].losses[s], t[0].losses[s], 1e-5 * std::fabs(t[0].losses[s])) << dtype_name(dtype);
+        // within a thousandth of the distance the steps moved the weights
+        EXPECT_LT(distance(t[1].weights, t[0].weights), 1e-3 * distance(t[0].weights, t[0].initial)) << dtype_name(dtype);
     }
 }
 // The fused batch norms (cpu loops: forward + activation, backward with the activation's backward folded

@@ -91,6 +91,7 @@ void add_inspect(CLI::App& app) {
                                         {"fused_backwards", lg.fused_backward},
                                         {"folded_casts", lg.folded_casts},
                                         {"folded_transposes", lg.folded_transposes},
+                                        {"folded_grad_sums", lg.folded_grad_sums},
                                         {"update_copies", lg.update_copies},
                                         {"reorders", lg.reorders},
                                         {"processes", processes},
@@ -113,7 +114,7 @@ void add_inspect(CLI::App& app) {
         t.print(std::cout);
         std::cout << "plan " << p.name << ": " << lg.casts << " casts, " << lg.transfers << " transfers, " << lg.reorders << " reorders, " << lg.fused << " activations fused, " << lg.fused_backward << " backward nodes folded into neighbouring nodes, "
                   << lg.folded_casts << " casts folded into their producers, " << lg.update_copies << " parameters' casts folded into their updates, " << lg.folded_transposes
-                  << " transposes folded into matmuls";
+                  << " transposes folded into matmuls, " << lg.folded_grad_sums << " gradient sums folded into backward-data products";
         if (processes > 1) std::cout << "; one of " << processes << " processes (batch " << cfg.batch << " each), " << lg.allreduce_buckets << " gradient bucket(s) all-reduced";
         std::cout << "; graph fingerprint " << print << "\n";
         std::cout << g.num_nodes() << " nodes, " << g.parameter_count() << " parameters; per iteration: " << si(total.total.flops, "FLOP")

@@ -22,11 +22,12 @@ NodeCost node_cost(const Graph& g, NodeId id) {
         if (has_bit(op_info(n.kind).inplace, i)) c.bytes_written += double(g.tensor(n.inputs[i]).desc.bytes());
     c.flops = op_info(n.kind).flops(n, in, out);
     if (cat == OpCategory::Conv || cat == OpCategory::FullyConnected) {
-        double bias = 0;  // bias additions are not multiply-adds
+        double bias = 0;  // bias additions (and a folded gradient sum's) are not multiply-adds
         if (n.kind == OpKind::Conv2d && attrs_as<ConvAttrs>(n).bias) bias = double(out[0].numel());
         if (n.kind == OpKind::Linear && attrs_as<LinearAttrs>(n).bias) bias = double(out[0].numel());
         if (n.kind == OpKind::ConvBackwardWeights && attrs_as<ConvAttrs>(n).bias) bias = double(in[0].numel());
         if (n.kind == OpKind::LinearBackwardWeights && attrs_as<LinearAttrs>(n).bias) bias = double(in[0].numel());
+        if (n.kind == OpKind::LinearBackwardData && in.size() == 3) bias = double(out[0].numel());  // the gradient added to
         c.macs = (c.flops - bias) / 2;
     }
     if (n.post_op != OpKind::Count) {  // a fused activation: its arithmetic, none of its memory traffic

@@ -44,7 +44,7 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kOps = {{
     {K::SoftmaxCrossEntropy, "SoftmaxCrossEntropy", 2, 2, C::Loss, shape_SoftmaxCrossEntropy, flops_SoftmaxCrossEntropy, grad_SoftmaxCrossEntropy},
     {K::ConvBackwardData, "ConvBackwardData", 2, 2, C::Conv, shape_ConvBackwardData, flops_ConvBackwardData, nullptr},
     {K::ConvBackwardWeights, "ConvBackwardWeights", 2, 2, C::Conv, shape_ConvBackwardWeights, flops_ConvBackwardWeights, nullptr, 0, 0, 0b10},
-    {K::LinearBackwardData, "LinearBackwardData", 2, 2, C::FullyConnected, shape_LinearBackwardData, flops_LinearBackwardData, nullptr},
+    {K::LinearBackwardData, "LinearBackwardData", 2, 3, C::FullyConnected, shape_LinearBackwardData, flops_LinearBackwardData, nullptr, 0, 0b100},
     {K::LinearBackwardWeights, "LinearBackwardWeights", 2, 2, C::FullyConnected, shape_LinearBackwardWeights, flops_LinearBackwardWeights, nullptr, 0, 0, 0b10},
     {K::BatchNormBackward, "BatchNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr, 0, 0b11100, 0b110},
     {K::LayerNormBackward, "LayerNormBackward", 5, 5, C::Norm, shape_NormBackward, flops_NormBackward, nullptr, 0, 0b11100, 0b110},

@@ -525,6 +525,16 @@ TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* 
     return tg;
 }
 
+namespace {
+// Nodes derived from a node folded into another (into[node] != kNone) answer to that other node.
+void move_sources(Graph& g, const std::vector<NodeId>& into) {
+    for (size_t j = 0; j < g.num_nodes(); ++j) {
+        Node& n = g.node(NodeId(j));
+        if (n.source != kNone && into[size_t(n.source)] != kNone) n.source = into[size_t(n.source)];
+    }
+}
+}  // namespace
+
 TrainGraph fold_transposes(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded) {
     Graph& g = tg.graph;
     std::vector<bool> kept(g.num_tensors(), false);
@@ -569,10 +579,7 @@ TrainGraph fold_transposes(TrainGraph tg, const std::vector<TensorId>& keep, siz
                 if (g.node(r).inputs[i] == y) in[size_t(r)][i] = {x, perm};
         into[k] = readers.front();
     }
-    for (size_t j = 0; j < g.num_nodes(); ++j) {  // the folded transposes' backward work belongs to the products' layers
-        Node& n = g.node(NodeId(j));
-        if (n.source != kNone && into[size_t(n.source)] != kNone) n.source = into[size_t(n.source)];
-    }
+    move_sources(g, into);  // the folded transposes' backward work belongs to the products' layers
     size_t k = 0;  // rebuild() rewrites the nodes in order
     tg = rebuild(std::move(tg), [&](Node& n, Graph&) {
         const size_t id = k++;
@@ -588,6 +595,52 @@ TrainGraph fold_transposes(TrainGraph tg, const std::vector<TensorId>& keep, siz
                 n.inputs[i] = in[id][i].y;
                 (i == 0 ? at.perm_a : at.perm_b) = in[id][i].perm;
             }
+        return true;
+    });
+    if (folded) *folded = size_t(std::count_if(into.begin(), into.end(), [](NodeId p) { return p != kNone; }));
+    return tg;
+}
+
+TrainGraph fold_grad_sums(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded) {
+    Graph& g = tg.graph;
+    std::vector<bool> kept(g.num_tensors(), false);
+    for (TensorId t : keep) kept[size_t(t)] = true;
+    std::vector<NodeId> into(g.num_nodes(), kNone);       // per folded Add: the backward-data product it folded into
+    std::vector<TensorId> addend(g.num_nodes(), kNone);   // per product: the gradient it adds to
+    std::vector<TensorId> writes(g.num_nodes(), kNone);   // per product: the Add's output, which it writes instead
+    std::vector<NodeId> written_at(g.num_tensors());      // per tensor: the node writing it once the folds are done
+    for (size_t t = 0; t < g.num_tensors(); ++t) written_at[t] = g.tensor(TensorId(t)).producer;
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+        const Node& n = g.node(NodeId(k));
+        if (n.kind != OpKind::Add || n.inputs.size() != 2 || n.post_op != OpKind::Count || n.pre_op != OpKind::Count || !fuses_activations(n.device)) continue;
+        const TensorDesc& d = g.tensor(n.outputs[0]).desc;
+        if (d.dtype != DType::F32 || !(g.tensor(n.inputs[0]).desc == d) || !(g.tensor(n.inputs[1]).desc == d)) continue;
+        for (const size_t i : {1, 0}) {  // autodiff's sums add the newest term second
+            const TensorId b = n.inputs[i], a = n.inputs[1 - i];
+            const NodeId p = g.tensor(b).producer;
+            if (p == kNone || a == b) continue;
+            const Node& m = g.node(p);
+            // b: the product's alone, transient; a: written before the product runs (nodes keep their order)
+            if (m.kind != OpKind::LinearBackwardData || m.inputs.size() != 2 || m.outputs[0] != b || writes[size_t(p)] != kNone || m.device != n.device ||
+                g.consumers(b).size() != 1 || kept[size_t(b)] || g.tensor(b).role != TensorRole::Gradient ||
+                (written_at[size_t(a)] != kNone && written_at[size_t(a)] >= p))
+                continue;
+            into[k] = p;
+            addend[size_t(p)] = a;
+            writes[size_t(p)] = n.outputs[0];
+            written_at[size_t(n.outputs[0])] = p;
+            break;
+        }
+    }
+    move_sources(g, into);  // work inserted for a folded sum belongs to its product
+    size_t k = 0;  // rebuild() rewrites the nodes in order
+    tg = rebuild(std::move(tg), [&](Node& n, Graph&) {
+        const size_t id = k++;
+        if (into[id] != kNone) return false;
+        if (writes[id] != kNone) {
+            n.inputs.push_back(addend[id]);
+            n.outputs[0] = writes[id];
+        }
         return true;
     });
     if (folded) *folded = size_t(std::count_if(into.begin(), into.end(), [](NodeId p) { return p != kNone; }));
@@ -818,6 +871,7 @@ LoweredGraph lower(TrainGraph tg, const Plan& plan, const LowerOptions& o) {
     lg.fused = unfused - tg.graph.num_nodes() - lg.fused_backward;
     if (o.fuse && o.fold_casts) tg = fold_casts(std::move(tg), o.keep, &lg.folded_casts, &lg.update_copies);
     if (o.fuse && o.fold_transposes) tg = fold_transposes(std::move(tg), o.keep, &lg.folded_transposes);
+    if (o.fuse && o.fold_grad_sums) tg = fold_grad_sums(std::move(tg), o.keep, &lg.folded_grad_sums);
     dump("fuse", tg.graph);
     lg.memory = plan_memory(tg.graph, o.keep);
     if (o.dump && o.dump_after == "memory") {

@@ -54,6 +54,12 @@
 //                     MatMulAttrs::perm_c); else into the products reading its output, when they are all MatMuls
 //                     and it is not kept (each reads the input through the transpose's view, perm_a / perm_b).
 //                     BERT's head split and merge, forward and backward: no copies, the products read strides
+//   fold_grad_sums    (part of the fuse step) a gradient sum (an f32 Add of two same-desc terms) folds into the
+//                     LinearBackwardData writing one term, on a device whose backend fuses, when that term is
+//                     its only reader, not kept, and the other term is written before the product runs: the
+//                     product reads the other term as its third input and writes the sum (dX = dY W + G; on
+//                     the cpu a binary post-op of oneDNN's matmul). BERT's layer inputs feed Q, K, V and the
+//                     residual: three chained sums each, and the FFN's input two terms -- no pass of their own
 //   plan_memory       a buffer per persistent or kept tensor; the rest share one arena per device by liveness;
 //                     a Reshape between row-major tensors is a view of its input (no copy)
 //
@@ -101,6 +107,7 @@ struct LoweredGraph {
     size_t folded_casts = 0;                                          // casts folded into the node writing their input
     size_t update_copies = 0;                                         // parameters' casts folded into their updates (low_copies)
     size_t folded_transposes = 0;                                     // transposes folded into matmuls (MatMulAttrs::perm_*)
+    size_t folded_grad_sums = 0;                                      // gradient sums folded into backward-data products
     size_t reorders = 0;                                              // layout changes the layout pass inserted
     size_t allreduce_buckets = 0;                                     // data-parallel: gradient buckets
 };
@@ -120,6 +127,7 @@ struct LowerOptions {
     bool fuse = true;
     bool fold_casts = true;      // with fuse: casts folded into their producers (off: tests compare)
     bool fold_transposes = true;  // with fuse: transposes folded into matmuls (off: tests compare)
+    bool fold_grad_sums = true;   // with fuse: gradient sums folded into backward-data products (off: tests compare)
     std::string dump_after;      // "", or a pass name: decide, casts, allreduce, transfers, layout, fuse, memory
     std::ostream* dump = nullptr;
 };
@@ -141,6 +149,7 @@ TrainGraph fuse_activations(TrainGraph tg, const std::vector<TensorId>& keep);
 // folded: casts folded into their producers; copies: parameters' casts folded into their updates
 TrainGraph fold_casts(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr, size_t* copies = nullptr);
 TrainGraph fold_transposes(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr);
+TrainGraph fold_grad_sums(TrainGraph tg, const std::vector<TensorId>& keep, size_t* folded = nullptr);
 MemoryPlan plan_memory(const Graph& g, const std::vector<TensorId>& keep);
 
 // The whole pipeline. Throws Error for a plan made for another graph (fingerprint), an entry naming no

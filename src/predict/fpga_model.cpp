@@ -196,6 +196,7 @@ std::optional<FpgaWork> fpga_work(const Graph& g, NodeId id, DType dtype) {
         w.m = s.m, w.n = s.n, w.k = s.k, w.groups = s.count;
         w.a_bytes = numel(s.a) * w.element_bytes, w.b_bytes = numel(s.b) * w.element_bytes;
         w.c_bytes = numel(s.c) * (weight_gradient(n.kind) ? 4 : w.element_bytes);  // weight gradients are written in f32
+        if (n.kind == OpKind::LinearBackwardData && n.inputs.size() == 3) w.c_bytes += numel(n.inputs[2]) * 4;  // a folded f32 gradient sum, read as C is stored
         return w;
     }
     w.kernel = FpgaKernel::Stream;

@@ -1,4 +1,5 @@
-// Linear on oneDNN inner-product primitives ([..., K] viewed as [M, K]); MatMul on the matmul
+// Linear on oneDNN inner-product primitives ([..., K] viewed as [M, K]; in bf16 on a machine with AMX, forward and
+// both backwards on the matmul primitive, as is a backward-data with a gradient sum folded in); MatMul on the matmul
 // primitive (leading dims merged where contiguous, transposes -- the trans flags and folded ones -- expressed
 // as strides, alpha as an output scale).
 // Linear weights and their gradients stay in their plain [out, in] storage: the inner product runs on
@@ -6,6 +7,7 @@
 // that had to be re-laid-out every step, forward and backward, and the gradient back: for AlexNet b4 and
 // VGG-16 b2 those reorders of the classifier's 38-103 M weights took longer than the layers themselves.
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vec.hpp"
 
 namespace joule::cpu {
 
@@ -28,10 +30,91 @@ inner_product_forward::primitive_desc linear_forward_pd(const engine& eng, bool 
 std::string linear_key(bool bias, const TensorDesc& x, const TensorDesc& w, dt type) {
     return key_of(x) + key_of(w) + (bias ? "b" : "") + std::to_string(int(type));  // w: the weight or its gradient's storage
 }
+
+// Linear and LinearBackwardData on oneDNN's matmul: Y = act(X W^T + b), W^T the stored [N, K] weight read
+// through strides; dX = dY W (+ G, a gradient sum folded in by plan/'s fold_grad_sums, as a binary post-op:
+// the inner product's backward takes no post-ops). nullptr when `amx_only` and oneDNN's kernel for it does not
+// use AMX: with AMX, oneDNN 2.6's inner product still runs its plain-weight bf16 GEMM (gemm:jit) while the
+// matmul's brgemm kernel runs on the tiles (bert-tiny b32 bf16 on a Xeon 6: Linear 2x, backward-data 1.5x faster).
+std::unique_ptr<Kernel> linear_matmul(const KernelArgs& a, bool amx_only) {
+    const bool fwd = a.node.kind == OpKind::Linear, bias = fwd && attrs_as<LinearAttrs>(a.node).bias, sum = !fwd && a.node.inputs.size() == 3;
+    const dt type = compute_type(a.node.compute);
+    const TensorDesc &in = a.in_desc(0), &w = a.in_desc(1), &out = a.out_desc(0);
+    const int64_t N = w.shape[0], K = w.shape[1];
+    auto weight_md = [&](dt t) { return fwd ? memory::desc({K, N}, t, memory::dims{1, K}) : memory::desc({N, K}, t, tag::ab); };
+    const std::string key = std::string(fwd ? "ip-mm" : "ip-mm-bwd") + key_of(in) + key_of(w) + key_of(out) + (bias ? "b" : "") +
+                            (sum ? "+" + key_of(a.in_desc(2)) : "") + std::to_string(int(type)) + post_op_key(a.node);
+    auto e = a.ctx.cache.get<matmul>(key, [&] {
+        primitive_attr attr = post_op_attr(a.node);
+        if (sum) {
+            post_ops po;
+            po.append_binary(algorithm::binary_add, matrix_md(a.in_desc(2)));
+            attr.set_post_ops(po);
+        }
+        const memory::desc src = matrix_md(in, type), wei = weight_md(type), dst = matrix_md(out);
+        if (bias) return matmul::primitive_desc({src, wei, memory::desc({1, N}, dt::f32, tag::ab), dst}, attr, a.ctx.engine);  // b: f32 [N]
+        return matmul::primitive_desc({src, wei, dst}, attr, a.ctx.engine);
+    });
+    if (amx_only && std::string(e->pd.impl_info_str()).find("amx") == std::string::npos) return nullptr;
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, reordered_input(*k, a.ctx, a.mem(matrix_md(in), a.in[0]), e->pd.src_desc())},
+                                            {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(weight_md(dnnl_type(w.dtype)), a.in[1]), e->pd.weights_desc())},
+                                            {DNNL_ARG_DST, a.mem(e->pd.dst_desc(), a.out[0])}};
+    if (bias) args[DNNL_ARG_BIAS] = a.mem(memory::desc({1, N}, dt::f32, tag::ab), a.in[2]);
+    if (sum) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = a.mem(matrix_md(a.in_desc(2)), a.in[2]);
+    k->add(e->prim, args);
+    return k;
+}
+// db[n0, n1) = sum over the M rows of dY [M, N] (bf16), row by row: the same additions whatever the threads.
+// Four vectors of columns at a time in registers (the AMX path only: AVX-512 is there).
+JOULE_V4 void column_sums(const uint16_t* dy, float* db, int64_t M, int64_t N, int64_t n0, int64_t n1) {
+    int64_t n = n0;
+    for (; n + 4 * kLanes <= n1; n += 4 * kLanes) {
+        v16 acc[4] = {};
+        for (int64_t m = 0; m < M; ++m)
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; ++r) acc[r] += ld16(dy + m * N + n + r * kLanes);
+        for (int r = 0; r < 4; ++r) st16(db + n + r * kLanes, acc[r]);
+    }
+    for (; n < n1; ++n) {
+        float s = 0.0f;
+        for (int64_t m = 0; m < M; ++m) s += bf16_to_f32(dy[m * N + n]);
+        db[n] = s;
+    }
+}
+
+// LinearBackwardWeights in bf16 on AMX (as above, the inner product's backward does not use it): dW = dY^T X on
+// the matmul (dY^T as strides, dW written in f32), then db by column_sums (oneDNN 2.6's reduction of bf16 rows
+// is its reference kernel). nullptr when dY is not stored bf16 or the matmul's kernel is not an AMX one.
+std::unique_ptr<Kernel> weight_gradient_matmul(const KernelArgs& a) {
+    const dt type = compute_type(a.node.compute);
+    const TensorDesc &dy = a.in_desc(0), &x = a.in_desc(1), &dw = a.out_desc(0);
+    if (dy.dtype != DType::BF16) return nullptr;
+    const int64_t N = dw.shape[0], M = dy.numel() / N;
+    const memory::desc dy_t({N, M}, type, memory::dims{1, N});
+    const std::string key = "ip-mm-bww" + key_of(dy) + key_of(x) + key_of(dw) + std::to_string(int(type));
+    auto e = a.ctx.cache.get<matmul>(key, [&] { return matmul::primitive_desc({dy_t, matrix_md(x, type), matrix_md(dw)}, a.ctx.engine); });
+    if (std::string(e->pd.impl_info_str()).find("amx") == std::string::npos) return nullptr;
+    auto k = std::make_unique<PrimitiveKernel>(a.ctx);
+    k->add(e->prim, {{DNNL_ARG_SRC, a.mem(dy_t, a.in[0])},
+                     {DNNL_ARG_WEIGHTS, reordered_input(*k, a.ctx, a.mem(matrix_md(x), a.in[1]), e->pd.weights_desc())},
+                     {DNNL_ARG_DST, a.mem(e->pd.dst_desc(), a.out[0])}});
+    if (!attrs_as<LinearAttrs>(a.node).bias) return k;
+    const std::shared_ptr<PrimitiveKernel> product = std::move(k);
+    const uint16_t* rows = static_cast<const uint16_t*>(a.in[0]);
+    float* db = static_cast<float*>(a.out[1]);
+    return std::make_unique<FunctionKernel>([=](const RunContext& rc) {
+        product->run(rc);
+        parallel_chunks(N, [&](int64_t n0, int64_t n1) { column_sums(rows, db, M, N, n0, n1); });
+    });
+}
 }  // namespace
 
 std::unique_ptr<Kernel> make_linear(const KernelArgs& a) {
     if (auto rows = make_linear_rows(a)) return rows;
+    if (a.node.kind == OpKind::LinearBackwardData && a.node.inputs.size() == 3) return linear_matmul(a, false);
+    if (a.node.compute == DType::BF16)
+        if (auto k = a.node.kind == OpKind::LinearBackwardWeights ? weight_gradient_matmul(a) : linear_matmul(a, true)) return k;
     const bool bias = attrs_as<LinearAttrs>(a.node).bias;
     const dt type = compute_type(a.node.compute);
     auto k = std::make_unique<PrimitiveKernel>(a.ctx);

@@ -227,7 +227,8 @@ std::unique_ptr<Kernel> make_linear_rows(const KernelArgs& a) {
     const TensorDesc& w = bwd_weights ? a.out_desc(0) : a.in_desc(1);
     const int64_t K = w.shape[1], N = w.shape[0], M = rows.numel() / K;
     const DType t = a.in_desc(0).dtype, y = a.out_desc(0).dtype;
-    if (M < 1 || M > kFewRows || w.layout != Layout::Plain) return nullptr;
+    const bool grad_sum = a.node.kind == OpKind::LinearBackwardData && a.node.inputs.size() == 3;  // folded in: oneDNN's matmul adds it
+    if (M < 1 || M > kFewRows || w.layout != Layout::Plain || grad_sum) return nullptr;
     // oneDNN's forward on one row, and on two in f32, already streams the weight at memory speed (its GEMV-like
     // path; bench/linear_rows.cpp, VGG fc6: one bf16 row 0.95x, two f32 rows 0.86-1.0x of it here)
     if (a.node.kind == OpKind::Linear && (M == 1 || (M == 2 && t == DType::F32))) return nullptr;

@@ -207,13 +207,15 @@ std::unique_ptr<Kernel> linear(const reference::Op& op, const Tiling& t) {
                     [&](int64_t, int64_t m, int64_t n, float acc) { y.set(m * N + n, double(acc) + (bias ? double(b.get(n)) : 0.0)); });
             });
         }
-        case OpKind::LinearBackwardData: {  // dX[M, K] = dY[M, N] W[N, K]
+        case OpKind::LinearBackwardData: {  // dX[M, K] = dY[M, N] W[N, K] (+ G[M, K], added as the tile is stored)
             const Buf dy = op.in[0], w = op.in[1], dx = op.out[0];
+            const bool sum = op.in.size() == 3;
+            const Buf g = sum ? op.in[2] : Buf{};
             const int64_t M = rows(dy), K = w.dim(1), N = w.dim(0);
             return std::make_unique<GemmKernel>([=] {
                 tiled_gemm(
                     t, 1, M, K, N, [&](int64_t, int64_t m, int64_t n) { return dy.get(m * N + n); }, [&](int64_t, int64_t n, int64_t k) { return w.get(n * K + k); },
-                    [&](int64_t, int64_t m, int64_t k, float acc) { dx.set(m * K + k, acc); });
+                    [&](int64_t, int64_t m, int64_t k, float acc) { dx.set(m * K + k, sum ? acc + g.get(m * K + k) : acc); });
             });
         }
         case OpKind::LinearBackwardWeights: {  // dW[N, K] = dY[M, N]^T X[M, K]; db[N] = sum_m dY

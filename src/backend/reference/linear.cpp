@@ -40,13 +40,15 @@ std::unique_ptr<Kernel> make_linear(const Op& op) {
                     }
             });
         }
-        case OpKind::LinearBackwardData: {  // (dY[M, N], W[N, K]) -> dX[M, K] = dY W
+        case OpKind::LinearBackwardData: {  // (dY[M, N], W[N, K][, G[M, K]]) -> dX[M, K] = dY W (+ G)
             const Buf dy = op.in[0], w = op.in[1], dx = op.out[0];
+            const bool sum = op.in.size() == 3;
+            const Buf g = sum ? op.in[2] : Buf{};
             const int64_t M = rows_of(dy), K = w.dim(1), N = w.dim(0);
             return loop([=](const RunContext&) {
                 for (int64_t m = 0; m < M; ++m)
                     for (int64_t k = 0; k < K; ++k) {
-                        double s = 0;
+                        double s = sum ? double(g.get(m * K + k)) : 0.0;
                         for (int64_t n = 0; n < N; ++n) s += double(dy.get(m * N + n)) * double(w.get(n * K + k));
                         dx.set(m * K + k, s);
                     }

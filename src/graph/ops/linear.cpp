@@ -1,5 +1,5 @@
 // Linear:  Y[..., n] = b[n] + sum_k X[..., k] W[n, k]
-//   dX = LinearBackwardData(dY, W) = dY W;  [dW, db] = LinearBackwardWeights(dY, X): dW = dY^T X, db = sum dY.
+//   dX = LinearBackwardData(dY, W[, G]) = dY W (+ G: a gradient sum folded in, plan/'s fold_grad_sums);  [dW, db] = LinearBackwardWeights(dY, X): dW = dY^T X, db = sum dY.
 // MatMul:  C = alpha op(A) op(B) over leading batch dims; its gradients are MatMuls again.
 #include "graph/ops/rules.hpp"
 
@@ -40,9 +40,14 @@ Descs shape_LinearBackwardData(const Node& n, const Descs& in) {
     const TensorDesc& x = grad_target(n);
     require(in[0].shape.back() == in[1].shape[0] && x.shape.back() == in[1].shape[1] && rows(in[0]) == rows(x),
             "output gradient " + shape_str(in[0].shape) + " does not match weight " + shape_str(in[1].shape));
+    if (in.size() == 3)
+        require(in[2].shape == x.shape && in[2].layout == x.layout,
+                "the gradient it adds to must have its output's shape " + shape_str(x.shape) + ", got " + desc_str(in[2]));
     return {x};
 }
-double flops_LinearBackwardData(const Node&, const Descs& in, const Descs& out) { return 2 * numel(in[0]) * double(out[0].shape.back()); }
+double flops_LinearBackwardData(const Node&, const Descs& in, const Descs& out) {
+    return 2 * numel(in[0]) * double(out[0].shape.back()) + (in.size() == 3 ? numel(out[0]) : 0);
+}
 
 Descs shape_LinearBackwardWeights(const Node& n, const Descs& in) {
     const TensorDesc& w = grad_target(n);
