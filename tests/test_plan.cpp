@@ -708,12 +708,8 @@ TEST(Passes, FoldsCastsIntoNodesThatRoundAsTheyStore) {
                     << net
                     << (bert ? ": per layer GELU and its backward, softmax's backward and two dropout backwards, the dropouts a GEMM alone reads"
                              : ": batch norms, both ways, a dropout and five residual adds");
-                // MobileNetV2: the depthwise and classifier weights, and the 1x1 convolutions' weights in those of
-                // their bf16 formats that the update writes -- oneDNN's choice per machine: both of each one's two
-                // with avx512_bf16 (an EPYC: 15 + 2 x 34), fewer with AMX (a Xeon 6: 22), whose formats the update's
-                // copy does not cover (parameter_casts above: none left that it could keep)
-                if (bert) EXPECT_EQ(lg.update_copies, 14u) << net << ": every Linear weight";
-                else EXPECT_TRUE(lg.update_copies >= 15u && lg.update_copies <= 15u + 2u * 34u) << net << ": " << lg.update_copies;
+                EXPECT_EQ(lg.update_copies, bert ? 14u : 15u + 2u * 34u)
+                    << net << (bert ? ": every Linear weight" : ": the depthwise and classifier weights, and each 1x1 convolution weight in its two bf16 formats");
             } else {
                 EXPECT_EQ(lg.folded_casts, 0u);
                 EXPECT_EQ(lg.update_copies, 0u);

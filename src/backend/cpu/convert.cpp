@@ -39,13 +39,23 @@ JOULE_V4 void to_bf16_streaming_v4(const float* __restrict x, uint16_t* __restri
 // Both write bf16 pairs, one 32-bit word per pair, read from one source tile's rows, and both go over the
 // source's tiles in storage order (one read stream), so that an update can cast the tiles it has just
 // written (make_update).
+// oneDNN's AMX kernels take the same words in blocks of another size: 16bXa2b (AcdB: in-channels padded to 32,
+// then the same Xa2b words) and 16a16b2a (a block of two 16 x 16 tiles, out-channels padded to 32).
 struct WeightTileCast {
     enum Kind { PairsOfB, PairsOfA } kind;
     int64_t O, I, H, W, X = 16;  // X: PairsOfB's out-channel block
+    bool b32 = false;            // PairsOfB: 16bXa2b (in-channels padded to a multiple of 32: 16 pairs)
     bool in_major = false;       // PairsOfA: BAcd (in-channel blocks outermost)
+    int64_t a_tiles = 1;         // PairsOfA: source tiles per destination block along the out-channels (8a: 1, 16a: 2)
     int64_t tiles_o() const { return (O + 15) / 16; }
     int64_t tiles_i() const { return (I + 15) / 16; }
     int64_t tiles() const { return tiles_o() * tiles_i() * H * W; }
+    int64_t pairs() const { return b32 ? (I + 31) / 32 * 16 : (I + 1) / 2; }  // PairsOfB: in-channel pairs stored
+    // PairsOfA: the 128 words of source tile (ob, ib) at spatial position hw
+    uint32_t* a_tile(uint32_t* dst, int64_t ob, int64_t ib, int64_t hw) const {
+        const int64_t blocks_o = (tiles_o() + a_tiles - 1) / a_tiles, block = in_major ? ib * blocks_o + ob / a_tiles : ob / a_tiles * tiles_i() + ib;
+        return dst + ((block * H * W + hw) * a_tiles + ob % a_tiles) * 128;
+    }
 };
 
 std::optional<WeightTileCast> weight_tile_cast(const TensorDesc& x, const TensorDesc& y) {
@@ -54,27 +64,35 @@ std::optional<WeightTileCast> weight_tile_cast(const TensorDesc& x, const Tensor
     using Inner = std::vector<std::pair<int, int64_t>>;
     if (f.dims.size() != 4 || t.dims != f.dims || f.order != std::vector<int>{0, 1, 2, 3} || f.inner != Inner{{1, 16}, {0, 16}}) return std::nullopt;
     WeightTileCast c{WeightTileCast::PairsOfB, f.dims[0], f.dims[1], f.dims[2], f.dims[3]};
-    if (t.order == std::vector<int>{0, 2, 3, 1} && t.inner.size() == 2 && t.inner[0].first == 0 && t.inner[0].second % 16 == 0 &&
-        t.inner[1] == std::pair<int, int64_t>{1, 2}) {
-        c.X = t.inner[0].second;
+    c.b32 = t.inner.size() == 3 && t.inner[0] == std::pair<int, int64_t>{1, 16};
+    const size_t ax = c.b32 ? 1 : 0;  // the out-channel block's place among the inner blocks
+    const bool acdb = t.order == std::vector<int>{0, 2, 3, 1} || (c.H * c.W == 1 && t.order == std::vector<int>{0, 1, 2, 3});  // 1x1: the same bytes
+    if (acdb && t.inner.size() == ax + 2 && t.inner[ax].first == 0 && t.inner[ax].second % 16 == 0 &&
+        t.inner[ax + 1] == std::pair<int, int64_t>{1, 2}) {
+        c.X = t.inner[ax].second;
         return c;
     }
-    if (t.inner == Inner{{0, 8}, {1, 16}, {0, 2}} && (t.order == std::vector<int>{0, 1, 2, 3} || t.order == std::vector<int>{1, 0, 2, 3})) {
-        c.kind = WeightTileCast::PairsOfA;
-        c.in_major = t.order[0] == 1;
-        return c;
-    }
+    c.b32 = false;
+    for (const int64_t a : {8, 16})  // ABcd or BAcd; 16a only ABcd (oneDNN 2.6 has no BAcd16a16b2a)
+        if (t.inner == Inner{{0, a}, {1, 16}, {0, 2}} && (t.order == std::vector<int>{0, 1, 2, 3} || (a == 8 && t.order == std::vector<int>{1, 0, 2, 3}))) {
+            c.kind = WeightTileCast::PairsOfA;
+            c.in_major = t.order[0] == 1;
+            c.a_tiles = a / 8;
+            return c;
+        }
     return std::nullopt;
 }
 
 inline uint32_t bf16_pair(float lo, float hi) { return uint32_t(f32_to_bf16(lo)) | uint32_t(f32_to_bf16(hi)) << 16; }
 
-// Xa2b, AcdB: word ((((a / X) * H + h) * W + w) * I2 + b / 2) * X + a % X holds (a, b), (a, b + 1), I2 = ceil(I / 2).
+// Xa2b, AcdB: word ((((a / X) * H + h) * W + w) * I2 + b / 2) * X + a % X holds (a, b), (a, b + 1), I2 = pairs()
+// (ceil(I / 2); 16bXa2b: the same words with I2 = 16 ceil(I / 32), pairs past the master's padding zeroed by
+// zero_pairs_of_b).
 // Each source tile's pairs of rows go to 16 contiguous words, 8 lines apart by X words (reading in the
 // destination's order instead strided over the tiles and ran at the memory speed of oneDNN's reorder).
-// Out-channels past the source's padding (X > 16): zero_pairs_of_b.
+// Out-channels past the source's padding (X > 16), and in-channels (16bXa2b): zero_pairs_of_b.
 JOULE_X86_64_V4_CLONE void cast_pairs_of_b(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end) {
-    const int64_t I2 = (c.I + 1) / 2;
+    const int64_t I2 = c.pairs();
     for (int64_t u = begin; u < end; ++u) {
         const int64_t w = u % c.W, h = u / c.W % c.H, ib = u / (c.W * c.H) % c.tiles_i(), a0 = u / (c.W * c.H * c.tiles_i()) * 16;
         const float* tile = src + u * 256;
@@ -83,11 +101,19 @@ JOULE_X86_64_V4_CLONE void cast_pairs_of_b(const WeightTileCast& c, const float*
             for (int i = 0; i < 16; ++i) out[i] = bf16_pair(tile[32 * r + i], tile[32 * r + 16 + i]);
     }
 }
+void zero_pairs_of_a(const WeightTileCast& c, uint32_t* dst) {
+    if (c.tiles_o() % c.a_tiles == 0) return;
+    for (int64_t ib = 0; ib < c.tiles_i(); ++ib)
+        for (int64_t hw = 0; hw < c.H * c.W; ++hw) std::memset(c.a_tile(dst, c.tiles_o(), ib, hw), 0, 128 * 4);
+}
 void zero_pairs_of_b(const WeightTileCast& c, uint32_t* dst) {
-    const int64_t I2 = (c.I + 1) / 2, from = c.tiles_o() * 16, to = (c.O + c.X - 1) / c.X * c.X, ax = from / c.X;
-    if (from == to) return;
-    for (int64_t hw = 0; hw < c.H * c.W; ++hw)
-        for (int64_t bp = 0; bp < I2; ++bp) std::memset(dst + ((ax * c.H * c.W + hw) * I2 + bp) * c.X + from % c.X, 0, size_t(to - from) * 4);
+    const int64_t I2 = c.pairs(), from = c.tiles_o() * 16, to = (c.O + c.X - 1) / c.X * c.X, ax = from / c.X, blocks = to / c.X;
+    if (from != to)
+        for (int64_t hw = 0; hw < c.H * c.W; ++hw)
+            for (int64_t bp = 0; bp < I2; ++bp) std::memset(dst + ((ax * c.H * c.W + hw) * I2 + bp) * c.X + from % c.X, 0, size_t(to - from) * 4);
+    const int64_t written = std::min(I2, c.tiles_i() * 8);  // 32bXa2b: in-channel pairs past the master's padding
+    if (written < I2)
+        for (int64_t row = 0; row < blocks * c.H * c.W; ++row) std::memset(dst + (row * I2 + written) * c.X, 0, size_t((I2 - written) * c.X) * 4);
 }
 
 #if defined(__x86_64__)
@@ -103,7 +129,7 @@ JOULE_INLINE JOULE_V4 u32x16 pairs16(v16 lo, v16 hi) {
 }
 // cast_pairs_of_b on vectors, each row of pairs one line of the destination (a0 % X and X are multiples of 16).
 JOULE_V4 void cast_pairs_of_b_v4(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end, bool stream) {
-    const int64_t I2 = (c.I + 1) / 2;
+    const int64_t I2 = c.pairs();
     for (int64_t u = begin; u < end; ++u) {
         const int64_t w = u % c.W, h = u / c.W % c.H, ib = u / (c.W * c.H) % c.tiles_i(), a0 = u / (c.W * c.H * c.tiles_i()) * 16;
         const float* tile = src + u * 256;
@@ -116,6 +142,8 @@ JOULE_V4 void cast_pairs_of_b_v4(const WeightTileCast& c, const float* __restric
 
 // 8a16b2a: per 16 x 16 tile (ABcd: the source's tile order; BAcd: in-channel blocks outermost) word
 // (a % 16 / 2) * 16 + b % 16 holds (a, b), (a + 1, b): the tile's rows rounded, then its pairs transposed.
+// 16a16b2a: two such tiles per block (a_tile()); an odd last one's partner, past the master's padding, zero:
+// zero_pairs_of_a.
 JOULE_X86_64_V4_CLONE void cast_pairs_of_a(const WeightTileCast& c, const float* __restrict src, uint32_t* __restrict dst, int64_t begin, int64_t end) {
     const int64_t spatial = c.H * c.W;
     for (int64_t u = begin; u < end; ++u) {  // u: the source tile in storage order
@@ -123,7 +151,7 @@ JOULE_X86_64_V4_CLONE void cast_pairs_of_a(const WeightTileCast& c, const float*
         const float* tile = src + u * 256;
         uint32_t pairs[128];  // row b: pairs (2k, 2k + 1) at b * 8 + k
         for (int i = 0; i < 128; ++i) pairs[i] = bf16_pair(tile[2 * i], tile[2 * i + 1]);
-        uint32_t* out = dst + ((c.in_major ? ib * c.tiles_o() + ob : ob * c.tiles_i() + ib) * spatial + hw) * 128;
+        uint32_t* out = c.a_tile(dst, ob, ib, hw);
         for (int k = 0; k < 8; ++k)
             for (int b = 0; b < 16; ++b) out[k * 16 + b] = pairs[b * 8 + k];
     }
@@ -161,7 +189,7 @@ JOULE_V4 void cast_pairs_of_a_v4(const WeightTileCast& c, const float* __restric
         for (int r = 0; r < 8; r += 2) swap_lane_bit<0>(v[r], v[r + 1]);               // (b3 b2 k0), (b0 k2 k1 b1)
         for (int r : {0, 1, 4, 5}) swap_lane_bit<1>(v[r], v[r + 2]);                    // (b3 k1 k0), (b0 k2 b2 b1)
         for (int r = 0; r < 4; ++r) swap_lane_bit<2>(v[r], v[r + 4]);                   // (k2 k1 k0), (b0 b3 b2 b1)
-        uint32_t* out = dst + ((c.in_major ? ib * c.tiles_o() + ob : ob * c.tiles_i() + ib) * spatial + hw) * 128;
+        uint32_t* out = c.a_tile(dst, ob, ib, hw);
         for (int k = 0; k < 8; ++k) store_line(out + k * 16, __builtin_shuffle(v[k], kRowOrder), stream);
     }
     if (stream) _mm_sfence();
@@ -189,7 +217,7 @@ std::optional<CopyToBf16> CopyToBf16::of(const TensorDesc& from, const TensorDes
 #endif
         b ? cast_pairs_of_b(c, src, words, begin, end) : cast_pairs_of_a(c, src, words, begin, end);
     };
-    if (b) r.finish_ = [c = *c](void* dst) { zero_pairs_of_b(c, static_cast<uint32_t*>(dst)); };
+    r.finish_ = [c = *c, b](void* dst) { b ? zero_pairs_of_b(c, static_cast<uint32_t*>(dst)) : zero_pairs_of_a(c, static_cast<uint32_t*>(dst)); };
     return r;
 }
 
