@@ -111,7 +111,7 @@ void zero_pairs_of_b(const WeightTileCast& c, uint32_t* dst) {
     if (from != to)
         for (int64_t hw = 0; hw < c.H * c.W; ++hw)
             for (int64_t bp = 0; bp < I2; ++bp) std::memset(dst + ((ax * c.H * c.W + hw) * I2 + bp) * c.X + from % c.X, 0, size_t(to - from) * 4);
-    const int64_t written = std::min(I2, c.tiles_i() * 8);  // 32bXa2b: in-channel pairs past the master's padding
+    const int64_t written = std::min(I2, c.tiles_i() * 8);  // 16bXa2b: in-channel pairs past the master's padding
     if (written < I2)
         for (int64_t row = 0; row < blocks * c.H * c.W; ++row) std::memset(dst + (row * I2 + written) * c.X, 0, size_t((I2 - written) * c.X) * 4);
 }
